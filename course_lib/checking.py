@@ -1,0 +1,117 @@
+"""Comparing an answer with the expected one, and saying where it is wrong.
+
+Exercise checkers (``course_lib.exercises``) call :func:`compare`; it raises
+:class:`ExerciseError` with a message a student can act on: which elements are wrong,
+by how much, and where, with an optional picture of the wrong elements for 2-D
+answers.
+"""
+
+import torch
+
+
+class ExerciseError(AssertionError):
+    """An exercise's answer is wrong; the message says where and by how much."""
+
+
+def _index(flat_index, shape):
+    return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat_index), shape)) if shape else ()
+
+
+def compare(name, got, expected, *, rtol, atol, show_picture=False, max_listed=5):
+    """Raise ExerciseError unless ``got`` matches ``expected`` within rtol/atol.
+
+    ``expected`` may be of higher precision; both are compared in float64 on the CPU.
+    Returns the largest absolute error when the answer is right.
+    """
+    if got is None:
+        raise ExerciseError(f"{name}: got None; did the function return its result?")
+    if not isinstance(got, torch.Tensor):
+        raise ExerciseError(f"{name}: expected a torch.Tensor, got {type(got).__name__}")
+    if tuple(got.shape) != tuple(expected.shape):
+        raise ExerciseError(f"{name}: shape {tuple(got.shape)}, expected {tuple(expected.shape)}")
+    got64 = got.detach().to("cpu", torch.float64)
+    expected64 = expected.detach().to("cpu", torch.float64)
+    error = (got64 - expected64).abs()
+    allowed = atol + rtol * expected64.abs()
+    wrong = ~(error <= allowed)  # NaN in got counts as wrong
+    wrong |= got64.isnan() & ~expected64.isnan()
+    wrong &= ~(got64.isnan() & expected64.isnan())
+    n_wrong = int(wrong.sum())
+    if n_wrong == 0:
+        return float(error.max()) if error.numel() else 0.0
+
+    flat_wrong = wrong.flatten().nonzero().flatten()
+    lines = [
+        f"{name}: {n_wrong} of {got.numel()} elements are wrong "
+        f"(allowed |got - expected| <= {atol:g} + {rtol:g}·|expected|)."
+    ]
+    n_nan = int(got64.isnan().sum())
+    if n_nan:
+        lines.append(f"  {n_nan} elements are NaN: were they written at all, or masked loads given no `other`?")
+    for flat in flat_wrong[:max_listed].tolist():
+        idx = _index(flat, tuple(got.shape))
+        lines.append(f"  at {idx}: got {got64.flatten()[flat]:.6g}, expected {expected64.flatten()[flat]:.6g}")
+    if n_wrong > max_listed:
+        lines.append(f"  ... and {n_wrong - max_listed} more")
+    finite = error[~error.isnan()]
+    if finite.numel():
+        worst = int(torch.where(error.isnan(), -1.0, error).flatten().argmax())
+        lines.append(f"  largest error {float(finite.max()):.3g} at {_index(worst, tuple(got.shape))}")
+    lines += _pattern_hints(wrong)
+    if show_picture and got.ndim == 2:
+        show_error_map(name, wrong)
+        lines.append("  (the picture above marks the wrong elements)")
+    raise ExerciseError("\n".join(lines))
+
+
+def _pattern_hints(wrong):
+    """Name simple patterns: whole rows or columns wrong, or only the edges."""
+    if wrong.ndim != 2 or not wrong.any():
+        return []
+    hints = []
+    rows = wrong.any(dim=1).nonzero().flatten().tolist()
+    cols = wrong.any(dim=0).nonzero().flatten().tolist()
+    hints.append(f"  wrong rows: {_ranges(rows)}; wrong columns: {_ranges(cols)}")
+    n_rows, n_cols = wrong.shape
+    if cols and min(cols) > 0 and max(cols) == n_cols - 1:
+        hints.append("  only the last columns are wrong: check the mask at the end of each row")
+    if rows and min(rows) > 0 and max(rows) == n_rows - 1:
+        hints.append("  only the last rows are wrong: check the mask on the last tile of rows")
+    return hints
+
+
+def _ranges(values):
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    spans, start = [], None
+    for i, v in enumerate(values):
+        if start is None:
+            start = v
+        if i + 1 == len(values) or values[i + 1] != v + 1:
+            spans.append(f"{start}" if start == v else f"{start}-{v}")
+            start = None
+    text = ", ".join(spans[:6])
+    return text + (", ..." if len(spans) > 6 else "")
+
+
+def show_error_map(name, wrong):
+    """Draw which elements of a 2-D answer are wrong."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3))
+    ax.imshow(wrong.numpy(), cmap="Reds", aspect="auto", interpolation="nearest", vmin=0, vmax=1)
+    ax.set_title(f"{name}: wrong elements in red")
+    ax.set_xlabel("column")
+    ax.set_ylabel("row")
+    plt.show()
+
+
+def run_student_code(name, fn, *args, **kwargs):
+    """Call the student's function; turn a crash into an ExerciseError that says so."""
+    try:
+        return fn(*args, **kwargs)
+    except ExerciseError:
+        raise
+    except Exception as error:  # the student's code may raise anything
+        message = str(error).strip().splitlines()
+        detail = message[-1] if message else ""
+        raise ExerciseError(f"{name}: your code raised {type(error).__name__}: {detail}") from error

@@ -1,0 +1,97 @@
+"""Where course_lib's kernels run, chosen once, before any kernel is defined.
+
+On a CUDA GPU of compute capability 8.0 or newer the kernels are compiled. Anywhere
+else (no GPU, or a GPU Triton does not support, such as Colab's T4) they run in
+Triton's CPU interpreter on CPU tensors. The interpreter is selected by the
+``TRITON_INTERPRET`` environment variable, which Triton reads when ``@triton.jit``
+runs, so this module must be imported before any kernel module: ``course_lib``'s
+``__init__`` does that, and notebooks import ``course_lib`` before defining kernels.
+"""
+
+import os
+import warnings
+
+import torch
+
+MIN_CAPABILITY = (8, 0)
+
+
+def _choose_backend():
+    """Return (use_gpu, reason) without touching Triton."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return False, "TRITON_INTERPRET=1 is set"
+    if not torch.cuda.is_available():
+        return False, "no CUDA GPU was found"
+    capability = torch.cuda.get_device_capability()
+    if capability < MIN_CAPABILITY:
+        name = torch.cuda.get_device_name()
+        reason = (
+            f"the GPU {name} has compute capability {capability[0]}.{capability[1]}, "
+            f"and Triton needs {MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} or newer "
+            "(an A100, L4, RTX 30xx or later)"
+        )
+        warnings.warn(
+            f"course_lib: {reason}; running kernels in Triton's CPU interpreter instead, "
+            "on CPU tensors and small sizes. On Colab choose an A100 or L4 runtime to use the GPU.",
+            stacklevel=3,
+        )
+        return False, reason
+    return True, torch.cuda.get_device_name()
+
+
+ON_GPU, _REASON = _choose_backend()
+if not ON_GPU:
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import triton  # noqa: E402  (imported only once the backend is fixed)
+
+DEVICE = torch.device("cuda") if ON_GPU else torch.device("cpu")
+
+
+def _allocate_scratch(size, alignment, stream):
+    # Tensor descriptors built inside a kernel need a little global scratch memory.
+    return torch.empty(size, dtype=torch.int8, device=DEVICE)
+
+
+if ON_GPU:
+    triton.set_allocator(_allocate_scratch)
+
+
+def describe():
+    """One line saying where kernels run and with which Triton."""
+    if ON_GPU:
+        major, minor = torch.cuda.get_device_capability()
+        return (
+            f"course_lib: Triton {triton.__version__} kernels compiled for {_REASON} "
+            f"(compute capability {major}.{minor}), torch {torch.__version__}"
+        )
+    return (
+        f"course_lib: Triton {triton.__version__} kernels run in the CPU interpreter "
+        f"because {_REASON}; torch {torch.__version__}"
+    )
+
+
+def gpu_name():
+    """The GPU's name, or 'cpu-interpreter'."""
+    return torch.cuda.get_device_name() if ON_GPU else "cpu-interpreter"
+
+
+def multiprocessor_count():
+    """How many programs can run at once, roughly: the SM count on a GPU."""
+    if ON_GPU:
+        return torch.cuda.get_device_properties(DEVICE).multi_processor_count
+    return 4  # the interpreter runs programs one by one; a few keep grids small
+
+
+def pick(*, gpu, cpu):
+    """Choose a size: realistic on a GPU, small under the interpreter."""
+    return gpu if ON_GPU else cpu
+
+
+def num_warps_for(block_elements):
+    """Warps for a program whose tile holds ``block_elements`` values.
+
+    About 256 elements a warp (8 a thread) keeps loads 16 bytes wide without
+    spilling registers; 1 to 16 warps.
+    """
+    return max(1, min(16, triton.next_power_of_2(block_elements) // 256))

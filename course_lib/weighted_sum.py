@@ -1,0 +1,240 @@
+"""Weighted sum over the last dimension: y[..., ] = sum_d x[..., d] * weight[d].
+
+Chapter 1. Read top to bottom: the Triton kernels, the host launchers that pick tiles
+and grids, the ``torch.autograd.Function``, and the public ``weighted_sum``.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from .runtime import multiprocessor_count, num_warps_for
+from .validation import (
+    check_index_range,
+    check_same_device_and_dtype,
+    check_tensor,
+    on_device_of,
+)
+
+# ---------------------------------------------------------------------------- kernels
+
+
+@triton.jit
+def weighted_sum_forward_kernel(
+    x_ptr, weight_ptr, y_ptr,
+    n_rows, n_cols,
+    stride_x_row, stride_x_col, stride_weight, stride_y,
+    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
+):
+    """One program computes BLOCK_ROWS outputs, walking the columns a tile at a time."""
+    row_block = tl.program_id(0)
+    rows = row_block * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    row_mask = rows < n_rows
+    # 64-bit row offsets: rows * stride can pass 2**31 on large inputs.
+    x_row_ptrs = x_ptr + rows.to(tl.int64)[:, None] * stride_x_row
+    # Accumulate a whole tile in float32 and reduce once at the end: one reduction
+    # per program instead of one per column tile.
+    acc = tl.zeros((BLOCK_ROWS, BLOCK_COLS), dtype=tl.float32)
+    for col_start in range(0, n_cols, BLOCK_COLS):
+        cols = col_start + tl.arange(0, BLOCK_COLS)
+        col_mask = cols < n_cols
+        x = tl.load(
+            x_row_ptrs + cols[None, :].to(tl.int64) * stride_x_col,
+            mask=row_mask[:, None] & col_mask[None, :],
+            other=0.0,
+        )
+        w = tl.load(weight_ptr + cols * stride_weight, mask=col_mask, other=0.0)
+        acc += x.to(tl.float32) * w.to(tl.float32)[None, :]
+    y = tl.sum(acc, axis=1)
+    tl.store(y_ptr + rows.to(tl.int64) * stride_y, y.to(y_ptr.dtype.element_ty), mask=row_mask)
+
+
+@triton.jit
+def weighted_sum_backward_kernel(
+    x_ptr, weight_ptr, grad_y_ptr, grad_x_ptr, partial_grad_weight_ptr,
+    n_rows, n_cols, rows_per_program,
+    stride_x_row, stride_x_col, stride_weight, stride_grad_y,
+    stride_grad_x_row, stride_grad_x_col, stride_partial_row,
+    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
+):
+    """Program (c, g) owns columns block c and the rows of group g.
+
+    grad_x[m, d] = grad_y[m] * weight[d] is an outer product, written tile by tile.
+    grad_weight[d] = sum_m x[m, d] * grad_y[m] needs every row: each program adds up
+    its own rows and writes one partial row; the launcher sums the partials in a
+    fixed order, so the result is the same from run to run (no atomics).
+    """
+    col_block = tl.program_id(0)
+    row_group = tl.program_id(1)
+    cols = col_block * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+    col_mask = cols < n_cols
+    col_offsets_x = cols[None, :].to(tl.int64) * stride_x_col
+    col_offsets_grad_x = cols[None, :].to(tl.int64) * stride_grad_x_col
+    w = tl.load(weight_ptr + cols * stride_weight, mask=col_mask, other=0.0).to(tl.float32)
+
+    acc = tl.zeros((BLOCK_ROWS, BLOCK_COLS), dtype=tl.float32)
+    first_row = row_group * rows_per_program
+    last_row = tl.minimum(first_row + rows_per_program, n_rows)
+    for row_start in range(first_row, last_row, BLOCK_ROWS):
+        rows = row_start + tl.arange(0, BLOCK_ROWS)
+        row_mask = rows < last_row
+        mask = row_mask[:, None] & col_mask[None, :]
+        rows64 = rows.to(tl.int64)
+        g = tl.load(grad_y_ptr + rows64 * stride_grad_y, mask=row_mask, other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + rows64[:, None] * stride_x_row + col_offsets_x, mask=mask, other=0.0)
+        acc += x.to(tl.float32) * g[:, None]
+        grad_x = g[:, None] * w[None, :]
+        tl.store(
+            grad_x_ptr + rows64[:, None] * stride_grad_x_row + col_offsets_grad_x,
+            grad_x.to(grad_x_ptr.dtype.element_ty),
+            mask=mask,
+        )
+    partial = tl.sum(acc, axis=0)
+    tl.store(partial_grad_weight_ptr + row_group * stride_partial_row + cols, partial, mask=col_mask)
+
+
+@triton.jit
+def column_sum_kernel(
+    partial_ptr, out_ptr, n_partial_rows, n_cols, stride_partial_row,
+    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
+):
+    """out[d] = sum_r partial[r, d], always in the same order: the second stage of grad_weight."""
+    cols = tl.program_id(0) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+    col_mask = cols < n_cols
+    acc = tl.zeros((BLOCK_ROWS, BLOCK_COLS), dtype=tl.float32)
+    for row_start in range(0, n_partial_rows, BLOCK_ROWS):
+        rows = row_start + tl.arange(0, BLOCK_ROWS)
+        mask = (rows < n_partial_rows)[:, None] & col_mask[None, :]
+        acc += tl.load(partial_ptr + rows[:, None] * stride_partial_row + cols[None, :], mask=mask, other=0.0)
+    tl.store(out_ptr + cols, tl.sum(acc, axis=0).to(out_ptr.dtype.element_ty), mask=col_mask)
+
+
+# -------------------------------------------------------------------------- launchers
+
+
+def _tiles(n_cols, tile_bytes, max_row_bytes, element_size):
+    """A tile of ``tile_bytes``, as wide as the row allows up to ``max_row_bytes``."""
+    tile_elements = tile_bytes // element_size
+    block_cols = min(triton.next_power_of_2(n_cols), max_row_bytes // element_size)
+    block_rows = max(1, tile_elements // block_cols)
+    return block_rows, block_cols, 4
+
+
+def forward_tiles(n_cols, element_size):
+    """(BLOCK_ROWS, BLOCK_COLS, num_warps) for the forward kernel.
+
+    Measured on an H200 (benchmarks/tune_weighted_sum.py): 4 warps loading 8 KiB a
+    step are within a few percent of the best swept tile at every shape; more warps
+    per program only add registers and reductions.
+    """
+    return _tiles(n_cols, tile_bytes=8192, max_row_bytes=8192, element_size=element_size)
+
+
+def backward_tiles(n_cols, element_size):
+    """(BLOCK_ROWS, BLOCK_COLS, num_warps) for the backward kernel.
+
+    Narrower column blocks than the forward: each program keeps a float32 partial
+    grad_weight for its columns, and more column blocks mean more programs.
+    """
+    return _tiles(n_cols, tile_bytes=8192, max_row_bytes=512, element_size=element_size)
+
+
+def _as_rows(x):
+    """View x of shape (..., D) as (M, D) without copying when the strides allow it."""
+    return x.reshape(-1, x.shape[-1])
+
+
+def _check_inputs(op, x, weight):
+    check_tensor(op, "x", x)
+    check_tensor(op, "weight", weight)
+    check_same_device_and_dtype(op, x=x, weight=weight)
+    if weight.ndim != 1 or weight.shape[0] != x.shape[-1]:
+        raise ValueError(
+            f"{op}: weight must have shape (D,) with D = x.shape[-1] = {x.shape[-1]}; "
+            f"got weight of shape {tuple(weight.shape)} for x of shape {tuple(x.shape)}"
+        )
+    if x.shape[-1] == 0:
+        raise ValueError(f"{op}: the last dimension D of x must be at least 1, got x of shape {tuple(x.shape)}")
+    check_index_range(op, D=x.shape[-1], M=x.numel() // x.shape[-1])
+
+
+def weighted_sum_forward(x, weight, tiles=None):
+    """Launch the forward kernel; ``tiles`` overrides (BLOCK_ROWS, BLOCK_COLS, num_warps)."""
+    x2d = _as_rows(x)
+    n_rows, n_cols = x2d.shape
+    y = torch.empty(n_rows, device=x.device, dtype=x.dtype)
+    if n_rows == 0:
+        return y.reshape(x.shape[:-1])
+    block_rows, block_cols, num_warps = tiles or forward_tiles(n_cols, x.element_size())
+    grid = (triton.cdiv(n_rows, block_rows),)
+    with on_device_of(x):
+        weighted_sum_forward_kernel[grid](
+            x2d, weight, y,
+            n_rows, n_cols,
+            x2d.stride(0), x2d.stride(1), weight.stride(0), y.stride(0),
+            BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, num_warps=num_warps,
+        )
+    return y.reshape(x.shape[:-1])
+
+
+def weighted_sum_backward(x, weight, grad_y, tiles=None):
+    """Launch the backward kernel; return (grad_x, grad_weight)."""
+    x2d = _as_rows(x)
+    n_rows, n_cols = x2d.shape
+    grad_y = grad_y.reshape(n_rows)
+    grad_x = torch.empty((n_rows, n_cols), device=x.device, dtype=x.dtype)
+    if n_rows == 0:
+        return grad_x.reshape(x.shape), torch.zeros_like(weight)
+    block_rows, block_cols, num_warps = tiles or backward_tiles(n_cols, x.element_size())
+    col_blocks = triton.cdiv(n_cols, block_cols)
+    # Enough row groups for about four programs a multiprocessor, each a whole number
+    # of row tiles; fewer groups mean fewer partial rows to add up afterwards.
+    wanted_groups = max(1, 4 * multiprocessor_count() // col_blocks)
+    rows_per_program = block_rows * triton.cdiv(triton.cdiv(n_rows, wanted_groups), block_rows)
+    row_groups = triton.cdiv(n_rows, rows_per_program)
+    partial = torch.empty((row_groups, n_cols), device=x.device, dtype=torch.float32)
+    with on_device_of(x):
+        weighted_sum_backward_kernel[(col_blocks, row_groups)](
+            x2d, weight, grad_y, grad_x, partial,
+            n_rows, n_cols, rows_per_program,
+            x2d.stride(0), x2d.stride(1), weight.stride(0), grad_y.stride(0),
+            grad_x.stride(0), grad_x.stride(1), partial.stride(0),
+            BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, num_warps=num_warps,
+        )
+    grad_weight = torch.empty_like(weight, memory_format=torch.contiguous_format)
+    reduce_cols = min(triton.next_power_of_2(n_cols), 256)
+    with on_device_of(x):
+        column_sum_kernel[(triton.cdiv(n_cols, reduce_cols),)](
+            partial, grad_weight, row_groups, n_cols, partial.stride(0),
+            BLOCK_ROWS=8, BLOCK_COLS=reduce_cols,
+        )
+    return grad_x.reshape(x.shape), grad_weight
+
+
+# --------------------------------------------------------------------------- autograd
+
+
+class WeightedSumFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight):
+        ctx.save_for_backward(x, weight)
+        return weighted_sum_forward(x, weight)
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        x, weight = ctx.saved_tensors
+        grad_x, grad_weight = weighted_sum_backward(x, weight, grad_y)
+        return grad_x, grad_weight
+
+
+# ------------------------------------------------------------------------------ public
+
+
+def weighted_sum(x, weight):
+    """``(x * weight).sum(-1)`` with Triton kernels, differentiable in both arguments.
+
+    x: (..., D) float32, float16 or bfloat16, any strides; weight: (D,), same dtype and
+    device. Accumulates in float32; returns x.shape[:-1] in x's dtype.
+    """
+    _check_inputs("weighted_sum", x, weight)
+    return WeightedSumFunction.apply(x, weight)

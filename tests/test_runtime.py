@@ -1,0 +1,49 @@
+import pytest
+import torch
+
+from course_lib import runtime
+
+
+def test_describe_names_triton_and_where_kernels_run():
+    text = runtime.describe()
+    assert "Triton" in text
+    assert ("CPU interpreter" in text) != runtime.ON_GPU
+
+
+def test_device_matches_backend():
+    assert runtime.DEVICE.type == ("cuda" if runtime.ON_GPU else "cpu")
+
+
+def test_old_gpu_falls_back_to_the_interpreter_with_an_explanation(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (7, 5))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Tesla T4")
+    with pytest.warns(UserWarning, match=r"Tesla T4 has compute capability 7.5.*needs 8.0 or newer"):
+        use_gpu, reason = runtime._choose_backend()
+    assert not use_gpu and "Tesla T4" in reason
+
+
+def test_no_gpu_and_forced_interpreter(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert runtime._choose_backend() == (False, "no CUDA GPU was found")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert runtime._choose_backend() == (False, "TRITON_INTERPRET=1 is set")
+
+
+def test_supported_gpu_is_used(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100")
+    assert runtime._choose_backend() == (True, "NVIDIA H100")
+
+
+@pytest.mark.parametrize("elements, warps", [(1, 1), (256, 1), (1024, 4), (4096, 16), (1 << 20, 16)])
+def test_num_warps_for(elements, warps):
+    assert runtime.num_warps_for(elements) == warps
+
+
+def test_pick():
+    assert runtime.pick(gpu="big", cpu="small") == ("big" if runtime.ON_GPU else "small")
