@@ -112,31 +112,29 @@ def column_sum_kernel(
 # -------------------------------------------------------------------------- launchers
 
 
-def _tiles(n_cols, tile_bytes, max_row_bytes, element_size):
-    """A tile of ``tile_bytes``, as wide as the row allows up to ``max_row_bytes``."""
-    tile_elements = tile_bytes // element_size
-    block_cols = min(triton.next_power_of_2(n_cols), max_row_bytes // element_size)
-    block_rows = max(1, tile_elements // block_cols)
-    return block_rows, block_cols, 4
-
-
 def forward_tiles(n_cols, element_size):
     """(BLOCK_ROWS, BLOCK_COLS, num_warps) for the forward kernel.
 
-    Measured on an H200 (benchmarks/tune_weighted_sum.py): 4 warps loading 8 KiB a
-    step are within a few percent of the best swept tile at every shape; more warps
-    per program only add registers and reductions.
+    Measured on an H200 (benchmarks/tune_weighted_sum.py): 4 warps loading 8 KiB to
+    16 KiB a step (at least two rows) come within a few percent of the best swept tile
+    at every shape; more warps only add registers and reduction work.
     """
-    return _tiles(n_cols, tile_bytes=8192, max_row_bytes=8192, element_size=element_size)
+    block_cols = min(triton.next_power_of_2(n_cols), 8192 // element_size)
+    block_rows = max(2, 8192 // element_size // block_cols)
+    return block_rows, block_cols, 4
 
 
 def backward_tiles(n_cols, element_size):
     """(BLOCK_ROWS, BLOCK_COLS, num_warps) for the backward kernel.
 
     Narrower column blocks than the forward: each program keeps a float32 partial
-    grad_weight for its columns, and more column blocks mean more programs.
+    grad_weight for its columns, and more column blocks mean more programs. From the
+    same sweep: float32 is best at 16 x 256 tiles, 16-bit types at 32 x 128.
     """
-    return _tiles(n_cols, tile_bytes=8192, max_row_bytes=512, element_size=element_size)
+    tile_bytes, row_bytes = (16384, 1024) if element_size == 4 else (8192, 256)
+    block_cols = min(triton.next_power_of_2(n_cols), row_bytes // element_size)
+    block_rows = max(1, tile_bytes // element_size // block_cols)
+    return block_rows, block_cols, 4
 
 
 def _as_rows(x):
