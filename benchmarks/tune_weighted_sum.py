@@ -1,11 +1,13 @@
 """Sweep tile sizes for the weighted-sum kernels; how forward_tiles/backward_tiles were chosen.
 
-    python -m benchmarks.tune_weighted_sum [out.json]
+    python -m benchmarks.tune_weighted_sum [--sweep tiles|stages|programs|all] [--out FILE.json]
 
 Prints, for each shape and dtype, the default tiles' time and the best swept tiles,
-both as fractions of copy bandwidth.
+and the backward's time for several programs per multiprocessor, as fractions of copy
+bandwidth beside the fraction a plain copy of the same bytes reaches.
 """
 
+import argparse
 import itertools
 import json
 import sys
@@ -32,12 +34,65 @@ def candidates(n_cols, element_size):
         elements = block_rows * block_cols
         if block_cols <= 2 * max(n_cols, 64) and 2048 <= elements * element_size <= 32768:
             if 32 * warps <= elements:
-                yield block_rows, block_cols, warps
+                yield block_rows, block_cols, warps, 1
 
 
-def main():
-    require_gpu("tuning")
-    copy_gbps = copy_bandwidth_gbps()
+def copy_ceiling(n_bytes, copy_gbps):
+    """Fraction of C that a plain copy moving ``n_bytes`` reaches: the ceiling at this size."""
+    src = torch.empty(n_bytes // 2, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    return n_bytes / median_ms(lambda: dst.copy_(src), rep=50) / 1e6 / copy_gbps
+
+
+def sweep_stages(copy_gbps):
+    """Software pipelining of the loops (NUM_STAGES) with the default tiles."""
+    results = []
+    for dtype in DTYPES:
+        for n_rows, n_cols in SHAPES:
+            x = torch.randn(n_rows, n_cols, device="cuda", dtype=dtype)
+            w = torch.randn(n_cols, device="cuda", dtype=dtype)
+            g = torch.randn(n_rows, device="cuda", dtype=dtype)
+            n_bytes = x.numel() * x.element_size()
+            for pass_, launch, default, bytes_moved in (
+                ("fwd", lambda t: weighted_sum_forward(x, w, t), forward_tiles, n_bytes),
+                ("bwd", lambda t: weighted_sum_backward(x, w, g, t), backward_tiles, 2 * n_bytes),
+            ):
+                tiles = default(n_cols, x.element_size())
+                timed = {stages: bytes_moved / median_ms(lambda: launch((*tiles[:3], stages)), rep=50) / 1e6 / copy_gbps
+                         for stages in (1, 2, 3, 4)}
+                print(f"{pass_} stages {str(dtype):15} {n_rows:>8}x{n_cols:<5} "
+                      + " ".join(f"{k}:{v:.3f}" for k, v in timed.items()), flush=True)
+                results.append({"pass": pass_, "dtype": str(dtype), "shape": [n_rows, n_cols], "stages": timed})
+    return results
+
+
+def sweep_backward_programs(copy_gbps):
+    """The backward's programs per multiprocessor, with the default tiles."""
+    module = sys.modules["course_lib.weighted_sum"]
+    default = module.BACKWARD_PROGRAMS_PER_SM
+    results = []
+    for dtype in DTYPES:
+        for n_rows, n_cols in SHAPES:
+            x = torch.randn(n_rows, n_cols, device="cuda", dtype=dtype)
+            w = torch.randn(n_cols, device="cuda", dtype=dtype)
+            g = torch.randn(n_rows, device="cuda", dtype=dtype)
+            n_bytes = 2 * x.numel() * x.element_size()
+            timed = {}
+            for programs in (2, 4, 8, 16, 32):
+                module.BACKWARD_PROGRAMS_PER_SM = programs
+                timed[programs] = n_bytes / median_ms(lambda: weighted_sum_backward(x, w, g), rep=50) / 1e6 / copy_gbps
+            module.BACKWARD_PROGRAMS_PER_SM = default
+            ceiling = copy_ceiling(n_bytes, copy_gbps)
+            print(f"bwd programs/SM {str(dtype):15} {n_rows:>8}x{n_cols:<5} "
+                  + " ".join(f"{p}:{f:.3f}" for p, f in timed.items()) + f" | copy of same bytes {ceiling:.3f} C",
+                  flush=True)
+            results.append({"pass": "bwd", "dtype": str(dtype), "shape": [n_rows, n_cols],
+                            "programs_per_sm": timed, "copy_ceiling": ceiling})
+    return results
+
+
+def sweep_tiles(copy_gbps):
+    """Every candidate tile for the forward and backward, beside the default."""
     results = []
     for dtype in DTYPES:
         for n_rows, n_cols in SHAPES:
@@ -56,12 +111,30 @@ def main():
                     timed.append((bytes_moved / ms / 1e6 / copy_gbps, tiles))
                 best = max(timed)
                 print(f"{pass_} {str(dtype):15} {n_rows:>8}x{n_cols:<5} default {default_tiles} "
-                      f"{timed[0][0]:.3f} C | best {best[1]} {best[0]:.3f} C", flush=True)
+                      f"{timed[0][0]:.3f} C | best {best[1]} {best[0]:.3f} C | "
+                      f"copy of same bytes {copy_ceiling(bytes_moved, copy_gbps):.3f} C", flush=True)
                 results.append({"pass": pass_, "dtype": str(dtype), "shape": [n_rows, n_cols],
                                 "default": [list(default_tiles), timed[0][0]],
                                 "all": [[list(t), f] for f, t in sorted(timed, reverse=True)[:12]]})
-    if len(sys.argv) > 1:
-        with open(sys.argv[1], "w") as f:
+    return results
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sweep", choices=["tiles", "stages", "programs", "all"], default="all")
+    parser.add_argument("--out", help="write every measurement to this JSON file")
+    arguments = parser.parse_args()
+    require_gpu("tuning")
+    copy_gbps = copy_bandwidth_gbps()
+    results = []
+    if arguments.sweep in ("tiles", "all"):
+        results += sweep_tiles(copy_gbps)
+    if arguments.sweep in ("stages", "all"):
+        results += sweep_stages(copy_gbps)
+    if arguments.sweep in ("programs", "all"):
+        results += sweep_backward_programs(copy_gbps)
+    if arguments.out:
+        with open(arguments.out, "w") as f:
             json.dump({"copy_gbps": copy_gbps, "results": results}, f, indent=1)
 
 

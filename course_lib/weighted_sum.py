@@ -24,7 +24,7 @@ def weighted_sum_forward_kernel(
     x_ptr, weight_ptr, y_ptr,
     n_rows, n_cols,
     stride_x_row, stride_x_col, stride_weight, stride_y,
-    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, NUM_STAGES: tl.constexpr,
 ):
     """One program computes BLOCK_ROWS outputs, walking the columns a tile at a time."""
     row_block = tl.program_id(0)
@@ -35,7 +35,8 @@ def weighted_sum_forward_kernel(
     # Accumulate a whole tile in float32 and reduce once at the end: one reduction
     # per program instead of one per column tile.
     acc = tl.zeros((BLOCK_ROWS, BLOCK_COLS), dtype=tl.float32)
-    for col_start in range(0, n_cols, BLOCK_COLS):
+    # num_stages > 1 lets the compiler issue the next tiles' loads before this one is used.
+    for col_start in tl.range(0, n_cols, BLOCK_COLS, num_stages=NUM_STAGES):
         cols = col_start + tl.arange(0, BLOCK_COLS)
         col_mask = cols < n_cols
         x = tl.load(
@@ -55,7 +56,7 @@ def weighted_sum_backward_kernel(
     n_rows, n_cols, rows_per_program,
     stride_x_row, stride_x_col, stride_weight, stride_grad_y,
     stride_grad_x_row, stride_grad_x_col, stride_partial_row,
-    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, NUM_STAGES: tl.constexpr,
 ):
     """Program (c, g) owns columns block c and the rows of group g.
 
@@ -75,7 +76,7 @@ def weighted_sum_backward_kernel(
     acc = tl.zeros((BLOCK_ROWS, BLOCK_COLS), dtype=tl.float32)
     first_row = row_group * rows_per_program
     last_row = tl.minimum(first_row + rows_per_program, n_rows)
-    for row_start in range(first_row, last_row, BLOCK_ROWS):
+    for row_start in tl.range(first_row, last_row, BLOCK_ROWS, num_stages=NUM_STAGES):
         rows = row_start + tl.arange(0, BLOCK_ROWS)
         row_mask = rows < last_row
         mask = row_mask[:, None] & col_mask[None, :]
@@ -113,28 +114,34 @@ def column_sum_kernel(
 
 
 def forward_tiles(n_cols, element_size):
-    """(BLOCK_ROWS, BLOCK_COLS, num_warps) for the forward kernel.
+    """(BLOCK_ROWS, BLOCK_COLS, num_warps, NUM_STAGES) for the forward kernel.
 
     Measured on an H200 (benchmarks/tune_weighted_sum.py): 4 warps loading 8 KiB to
     16 KiB a step (at least two rows) come within a few percent of the best swept tile
-    at every shape; more warps only add registers and reduction work.
+    at every shape; more warps only add registers and reduction work. Pipelining the
+    column loop (NUM_STAGES > 1) only slowed it.
     """
     block_cols = min(triton.next_power_of_2(n_cols), 8192 // element_size)
     block_rows = max(2, 8192 // element_size // block_cols)
-    return block_rows, block_cols, 4
+    return block_rows, block_cols, 4, 1
 
 
 def backward_tiles(n_cols, element_size):
-    """(BLOCK_ROWS, BLOCK_COLS, num_warps) for the backward kernel.
+    """(BLOCK_ROWS, BLOCK_COLS, num_warps, NUM_STAGES) for the backward kernel.
 
     Narrower column blocks than the forward: each program keeps a float32 partial
     grad_weight for its columns, and more column blocks mean more programs. From the
-    same sweep: float32 is best at 16 x 256 tiles, 16-bit types at 32 x 128.
+    same sweep: float32 is best at 16 x 256 tiles, 16-bit types at 32 x 128. When one
+    block spans the whole row each program walks many rows, and pipelining that loop
+    three deep gained 3-6% (D = 128); elsewhere it gained nothing.
     """
     tile_bytes, row_bytes = (16384, 1024) if element_size == 4 else (8192, 256)
     block_cols = min(triton.next_power_of_2(n_cols), row_bytes // element_size)
     block_rows = max(1, tile_bytes // element_size // block_cols)
-    return block_rows, block_cols, 4
+    return block_rows, block_cols, 4, 3 if block_cols >= n_cols else 1
+
+
+BACKWARD_PROGRAMS_PER_SM = 4
 
 
 def _as_rows(x):
@@ -157,20 +164,20 @@ def _check_inputs(op, x, weight):
 
 
 def weighted_sum_forward(x, weight, tiles=None):
-    """Launch the forward kernel; ``tiles`` overrides (BLOCK_ROWS, BLOCK_COLS, num_warps)."""
+    """Launch the forward kernel; ``tiles`` overrides (BLOCK_ROWS, BLOCK_COLS, num_warps, NUM_STAGES)."""
     x2d = _as_rows(x)
     n_rows, n_cols = x2d.shape
     y = torch.empty(n_rows, device=x.device, dtype=x.dtype)
     if n_rows == 0:
         return y.reshape(x.shape[:-1])
-    block_rows, block_cols, num_warps = tiles or forward_tiles(n_cols, x.element_size())
+    block_rows, block_cols, num_warps, num_stages = tiles or forward_tiles(n_cols, x.element_size())
     grid = (triton.cdiv(n_rows, block_rows),)
     with on_device_of(x):
         weighted_sum_forward_kernel[grid](
             x2d, weight, y,
             n_rows, n_cols,
             x2d.stride(0), x2d.stride(1), weight.stride(0), y.stride(0),
-            BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, num_warps=num_warps,
+            BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, NUM_STAGES=num_stages, num_warps=num_warps,
         )
     return y.reshape(x.shape[:-1])
 
@@ -183,11 +190,11 @@ def weighted_sum_backward(x, weight, grad_y, tiles=None):
     grad_x = torch.empty((n_rows, n_cols), device=x.device, dtype=x.dtype)
     if n_rows == 0:
         return grad_x.reshape(x.shape), torch.zeros_like(weight)
-    block_rows, block_cols, num_warps = tiles or backward_tiles(n_cols, x.element_size())
+    block_rows, block_cols, num_warps, num_stages = tiles or backward_tiles(n_cols, x.element_size())
     col_blocks = triton.cdiv(n_cols, block_cols)
-    # Enough row groups for about four programs a multiprocessor, each a whole number
-    # of row tiles; fewer groups mean fewer partial rows to add up afterwards.
-    wanted_groups = max(1, 4 * multiprocessor_count() // col_blocks)
+    # Enough row groups for BACKWARD_PROGRAMS_PER_SM programs a multiprocessor, each a
+    # whole number of row tiles; fewer groups mean fewer partial rows to add up after.
+    wanted_groups = max(1, BACKWARD_PROGRAMS_PER_SM * multiprocessor_count() // col_blocks)
     rows_per_program = block_rows * triton.cdiv(triton.cdiv(n_rows, wanted_groups), block_rows)
     row_groups = triton.cdiv(n_rows, rows_per_program)
     partial = torch.empty((row_groups, n_cols), device=x.device, dtype=torch.float32)
@@ -197,7 +204,7 @@ def weighted_sum_backward(x, weight, grad_y, tiles=None):
             n_rows, n_cols, rows_per_program,
             x2d.stride(0), x2d.stride(1), weight.stride(0), grad_y.stride(0),
             grad_x.stride(0), grad_x.stride(1), partial.stride(0),
-            BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, num_warps=num_warps,
+            BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, NUM_STAGES=num_stages, num_warps=num_warps,
         )
     grad_weight = torch.empty_like(weight, memory_format=torch.contiguous_format)
     reduce_cols = min(triton.next_power_of_2(n_cols), 256)

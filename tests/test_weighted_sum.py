@@ -108,9 +108,10 @@ def test_grad_weight_is_bitwise_deterministic():
 @pytest.mark.parametrize("n_cols", [1, 2, 3, 15, 16, 17, 100, 128, 1000, 8192, 100_000])
 @pytest.mark.parametrize("element_size", [2, 4])
 def test_tiles_are_powers_of_two_and_never_zero(tiles, n_cols, element_size):
-    block_rows, block_cols, num_warps = tiles(n_cols, element_size)
+    block_rows, block_cols, num_warps, num_stages = tiles(n_cols, element_size)
     for value in (block_rows, block_cols, num_warps):
         assert value >= 1 and value & (value - 1) == 0
+    assert num_stages >= 1
 
 
 # ------------------------------------------------------------------------ bad input
