@@ -1,26 +1,49 @@
-"""Run every benchmark on the GPU and write benchmarks/results/<gpu>.json.
+"""Run the benchmarks on the GPU and write benchmarks/results/<gpu>.json.
 
-    python -m benchmarks            # all kernels
+    python -m benchmarks                          # every kernel, writes the results file
+    python -m benchmarks --only softmax,layernorm # some kernels; printed, written only with --out
 """
+
+import argparse
 
 from course_lib.benchmarking import copy_bandwidth_gbps, require_gpu, write_results
 
-from . import bench_weighted_sum
+from . import bench_layernorm, bench_softmax, bench_weighted_sum
 
-MODULES = [bench_weighted_sum]
+MODULES = {"weighted_sum": bench_weighted_sum, "softmax": bench_softmax, "layernorm": bench_layernorm}
+
+
+def print_rows(rows):
+    """Each course_lib row with its speed-ups over torch and torch.compile."""
+    by_key = {(r["kernel"], r["pass"], r["dtype"], tuple(r["shape"]), r["impl"]): r for r in rows}
+    for (kernel, pass_, dtype, shape, impl), r in by_key.items():
+        if impl != "course_lib":
+            continue
+        others = " ".join(
+            f"| {other} {by_key[kernel, pass_, dtype, shape, other]['frac_of_copy']:.2f} C "
+            f"x{by_key[kernel, pass_, dtype, shape, other]['ms'] / r['ms']:.2f}"
+            for other in ("torch", "torch.compile")
+        )
+        print(f"{kernel:>14} {pass_} {dtype:>8} {str(list(shape)):>18} {r['ms'] * 1e3:9.1f} us "
+              f"{r['frac_of_copy']:.2f} C {others}", flush=True)
 
 
 def main():
+    parser = argparse.ArgumentParser(description="Benchmark course_lib against torch and torch.compile.")
+    parser.add_argument("--only", help=f"comma-separated subset of {','.join(MODULES)}")
+    parser.add_argument("--out", help="results file (default: benchmarks/results/<gpu>.json when all run)")
+    arguments = parser.parse_args()
     require_gpu("the benchmarks")
+    names = arguments.only.split(",") if arguments.only else list(MODULES)
     copy_gbps = copy_bandwidth_gbps()
     print(f"copy bandwidth C = {copy_gbps:.0f} GB/s")
     rows = []
-    for module in MODULES:
-        rows += module.run(copy_gbps)
-    for r in rows:
-        print(f"{r['kernel']:>14} {r['pass']} {r['impl']:>13} {r['dtype']:>8} {str(r['shape']):>16} "
-              f"{r['ms']:8.4f} ms  {r['frac_of_copy']:.2f} C")
-    print("wrote", write_results(rows, copy_gbps))
+    for name in names:
+        module_rows = MODULES[name].run(copy_gbps)
+        print_rows(module_rows)
+        rows += module_rows
+    if arguments.out or not arguments.only:
+        print("wrote", write_results(rows, copy_gbps, arguments.out))
 
 
 if __name__ == "__main__":

@@ -30,6 +30,31 @@ def median_ms(fn, rep=200):
     return triton.testing.do_bench(fn, warmup=25, rep=rep, return_mode="median")
 
 
+def fresh_compile(fn):
+    """torch.compile(fn) with dynamo's caches cleared: call it once per shape.
+
+    Every shape, dtype and grad mode is a new graph, and past dynamo's recompile limit
+    (8 by default) torch.compile silently runs eager: the 'torch.compile' rows would
+    then measure eager PyTorch.
+    """
+    torch._dynamo.reset()
+    return torch.compile(fn, dynamic=False)
+
+
+def forward_backward_ms(fn, *inputs):
+    """Median times of ``fn(*inputs)`` without autograd, and of its backward.
+
+    The backward is torch.autograd.grad with respect to every input, on one forward
+    graph kept alive (retain_graph), with a random output gradient.
+    """
+    with torch.no_grad():
+        forward = median_ms(lambda: fn(*inputs))
+    y = fn(*inputs)
+    grad_y = torch.randn_like(y)
+    backward = median_ms(lambda: torch.autograd.grad(y, inputs, grad_y, retain_graph=True))
+    return forward, backward
+
+
 def copy_bandwidth_gbps(n_bytes=2**30):
     """Bandwidth of a large device-to-device copy, counting bytes read plus written."""
     require_gpu()

@@ -17,3 +17,82 @@ def weighted_sum_backward(x, weight, grad_y):
     grad_x = grad_y[..., None] * weight
     grad_weight = (x * grad_y[..., None]).reshape(-1, x.shape[-1]).sum(dim=0)
     return grad_x, grad_weight
+
+
+def softmax(x):
+    """Softmax over the last dimension, computed as exp(x - max) / sum(exp(x - max)).
+
+    A row whose every entry is -inf has nothing to weigh: it gives zeros (and a zero
+    gradient) instead of the NaN of ``torch.softmax``. A NaN entry makes its row NaN.
+    """
+    row_max = x.amax(dim=-1, keepdim=True)
+    nothing_visible = row_max == float("-inf")
+    numerator = torch.exp(x - row_max.masked_fill(nothing_visible, 0.0))
+    total = numerator.sum(dim=-1, keepdim=True)
+    return numerator / total.masked_fill(nothing_visible, 1.0)
+
+
+def causal_mask(n, device=None):
+    """(n, n) bool, True above the diagonal: the keys j > i that query i must not see."""
+    return torch.ones(n, n, dtype=torch.bool, device=device).triu(diagonal=1)
+
+
+def causal_softmax(x):
+    """Softmax of x (..., n, n) where query row i sees keys j <= i; exactly 0 above the diagonal."""
+    hidden = causal_mask(x.shape[-1], x.device)
+    return softmax(x.masked_fill(hidden, float("-inf"))).masked_fill(hidden, 0.0)
+
+
+def softmax_backward(y, grad_y):
+    """Gradient of softmax from its output y: grad_x = y * (grad_y - sum(y * grad_y))."""
+    return y * (grad_y - (y * grad_y).sum(dim=-1, keepdim=True))
+
+
+def layernorm(x, gamma, beta=None, eps=1e-5, stable=False):
+    """LayerNorm over the last dimension: (z - mean) / sqrt(var + eps) * gamma + beta.
+
+    z is x, or with ``stable=True`` x divided by its row maximum (the seed's option,
+    whatever the sign of the maximum). The variance is biased (divides by N), as in
+    torch.nn.LayerNorm. gamma and beta may be None.
+    """
+    if stable:
+        x = x / x.amax(dim=-1, keepdim=True)
+    mean = x.mean(dim=-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
+    y = (x - mean) * torch.rsqrt(var + eps)
+    if gamma is not None:
+        y = y * gamma
+    if beta is not None:
+        y = y + beta
+    return y
+
+
+def coor_descent(s, *, n_iters, k, eps=0.1, eps_init=None, eps_decay=1.0, mask=None):
+    """CoLT5's coordinate descent (colt5_attention/coor_descent.py): a smoothed top-k.
+
+    Scores s (..., n), budget k (a number, or a tensor of shape s.shape[:-1]: one per
+    row). eps starts at max(eps_init, eps) and decays by eps_decay each iteration, never
+    below eps. Each iteration sets a = eps * (log k - logsumexp((s + b) / eps)) per row
+    and b = -relu(s + a); the result y = exp((s + a + b) / eps_final) is near 1 for about
+    the k largest scores of each row and sums to about k. Masked scores (mask False)
+    take no part and give exactly 0.
+    """
+    mask_value = -torch.finfo(s.dtype).max
+    k = torch.as_tensor(k, dtype=s.dtype, device=s.device)
+    logk = torch.log(k.clamp(min=1e-20))[..., None]
+    if mask is not None:
+        s = s.masked_fill(~mask, mask_value)
+    a = 0.0
+    b = -s
+    current_eps = max(eps if eps_init is None else eps_init, eps)
+    for _ in range(n_iters):
+        sb = (s + b) / current_eps
+        if mask is not None:
+            sb = sb.masked_fill(~mask, mask_value)
+        a = current_eps * (logk - sb.logsumexp(dim=-1, keepdim=True))
+        b = -torch.relu(s + a)
+        current_eps = max(current_eps * eps_decay, eps)
+    y = ((s + a + b) / current_eps).exp()
+    if mask is not None:
+        y = y.masked_fill(~mask, 0.0)
+    return y

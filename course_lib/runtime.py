@@ -9,6 +9,7 @@ runs, so this module must be imported before any kernel module: ``course_lib``'s
 """
 
 import os
+import sys
 import warnings
 
 import torch
@@ -39,9 +40,26 @@ def _choose_backend():
     return True, torch.cuda.get_device_name()
 
 
+def _select_interpreter():
+    """Set TRITON_INTERPRET=1, refusing when triton was imported too early to see it.
+
+    Triton's own helpers (tl.max, tl.sum, ...) are jit functions built when triton is
+    imported; built before the variable is set, they fail later with "Cannot call
+    @triton.jit'd outside of the scope of a kernel", far from the cause.
+    """
+    if os.environ.get("TRITON_INTERPRET") != "1" and "triton" in sys.modules:
+        raise ImportError(
+            "course_lib must be imported before triton when there is no usable GPU: it "
+            f"selects Triton's CPU interpreter ({_REASON}), which triton only notices at "
+            "its own import. Restart the kernel and put `import course_lib` first, or "
+            "set TRITON_INTERPRET=1 before starting Python."
+        )
+    os.environ["TRITON_INTERPRET"] = "1"
+
+
 ON_GPU, _REASON = _choose_backend()
 if not ON_GPU:
-    os.environ["TRITON_INTERPRET"] = "1"
+    _select_interpreter()
 
 import triton  # noqa: E402  (imported only once the backend is fixed)
 

@@ -30,3 +30,199 @@ def test_column_sum_checker(capsys):
     assert capsys.readouterr().out.startswith("Exercise 1.3 passed")
     with pytest.raises(ExerciseError, match="partial of shape"):
         exercises.check_column_sum(lambda p: p[: 8].sum(0))  # forgot rows past the first tile
+
+
+# ----------------------------------------------------------- chapter 2: causal softmax
+
+
+def test_softmax_rows_checker(capsys):
+    exercises.check_softmax_rows(lambda x: torch.softmax(x, dim=-1))
+    assert capsys.readouterr().out.startswith("Exercise 2.1 passed")
+    with pytest.raises(ExerciseError, match="exp overflows"):  # no max subtracted: inf / inf
+        exercises.check_softmax_rows(lambda x: x.exp() / x.exp().sum(dim=-1, keepdim=True))
+    with pytest.raises(ExerciseError, match="wrong columns"):  # padding lanes counted as exp(0)
+        exercises.check_softmax_rows(lambda x: x.exp() / (x.exp().sum(dim=-1, keepdim=True) + 1))
+    with pytest.raises(ExerciseError, match="stride_x_row"):  # rows read as if contiguous
+        exercises.check_softmax_rows(
+            lambda x: torch.softmax(torch.as_strided(x, x.shape, (x.shape[1], 1)), dim=-1))
+
+
+def _right_causal_mask(scores):
+    if scores.shape[-1] != scores.shape[-2]:
+        raise ValueError("not square")
+    return references.causal_mask(scores.shape[-1], scores.device)
+
+
+def test_causal_mask_checker(capsys):
+    exercises.check_causal_mask(_right_causal_mask)
+    assert capsys.readouterr().out.startswith("Exercise 2.2 passed")
+    # the scores' own shape is accepted too
+    exercises.check_causal_mask(lambda s: _right_causal_mask(s).expand(s.shape))
+    assert capsys.readouterr().out.startswith("Exercise 2.2 passed")
+    with pytest.raises(ExerciseError, match="diagonal is hidden too"):
+        exercises.check_causal_mask(
+            lambda s: _right_causal_mask(s) | torch.eye(s.shape[-1], dtype=torch.bool, device=s.device))
+    with pytest.raises(ExerciseError, match="swapped"):
+        exercises.check_causal_mask(lambda s: ~_right_causal_mask(s))
+    with pytest.raises(ExerciseError, match="torch.bool"):
+        exercises.check_causal_mask(lambda s: _right_causal_mask(s).float())
+    with pytest.raises(ExerciseError, match="not square"):
+        exercises.check_causal_mask(lambda s: references.causal_mask(s.shape[-1], s.device))
+    with pytest.raises(ExerciseError, match="got None"):
+        exercises.check_causal_mask(lambda s: None)
+
+
+def test_softmax_grad_checker(capsys):
+    exercises.check_softmax_grad(references.softmax_backward)
+    assert capsys.readouterr().out.startswith("Exercise 2.3 passed")
+    with pytest.raises(ExerciseError, match="y of shape"):  # the sum of grad_y alone, not of y * grad_y
+        exercises.check_softmax_grad(lambda y, g: y * (g - g.sum(dim=-1, keepdim=True)))
+    with pytest.raises(ExerciseError, match="raised RuntimeError"):  # forgot keepdim: shapes do not broadcast
+        exercises.check_softmax_grad(lambda y, g: y * (g - (y * g).sum(dim=-1)))
+
+
+def _right_online_stats(x, tile):
+    running_max = torch.full(x.shape[:-1], float("-inf"), dtype=x.dtype)
+    running_sum = torch.zeros(x.shape[:-1], dtype=x.dtype)
+    for start in range(0, x.shape[-1], tile):
+        block = x[..., start:start + tile]
+        new_max = torch.maximum(running_max, block.amax(dim=-1))
+        shift = torch.where(new_max == float("-inf"), 0.0, new_max)
+        running_sum = running_sum * torch.exp(running_max - shift) + torch.exp(block - shift[..., None]).sum(dim=-1)
+        running_max = new_max
+    return running_max, running_sum
+
+
+def test_online_softmax_stats_checker(capsys):
+    exercises.check_online_softmax_stats(_right_online_stats)
+    assert capsys.readouterr().out.startswith("Exercise 2.4 passed")
+
+    def no_rescale(x, tile):
+        running_max, running_sum = _right_online_stats(x[..., :tile], tile)
+        for start in range(tile, x.shape[-1], tile):
+            block = x[..., start:start + tile]
+            running_max = torch.maximum(running_max, block.amax(dim=-1))
+            running_sum = running_sum + torch.exp(block - running_max[..., None]).sum(dim=-1)
+        return running_max, running_sum
+
+    with pytest.raises(ExerciseError, match="rescaled"):
+        exercises.check_online_softmax_stats(no_rescale)
+
+    def no_guard(x, tile):
+        running_max = torch.full(x.shape[:-1], float("-inf"), dtype=x.dtype)
+        running_sum = torch.zeros(x.shape[:-1], dtype=x.dtype)
+        for start in range(0, x.shape[-1], tile):
+            block = x[..., start:start + tile]
+            new_max = torch.maximum(running_max, block.amax(dim=-1))
+            running_sum = running_sum * torch.exp(running_max - new_max) + torch.exp(block - new_max[..., None]).sum(-1)
+            running_max = new_max
+        return running_max, running_sum
+
+    with pytest.raises(ExerciseError, match="all -inf"):
+        exercises.check_online_softmax_stats(no_guard)
+    with pytest.raises(ExerciseError, match="return a tuple"):
+        exercises.check_online_softmax_stats(lambda x, tile: x.amax(dim=-1))
+
+
+# --------------------------------------------------------------- chapter 3: LayerNorm
+
+
+def _layernorm_rows_torch(x, gamma, beta, eps, one_pass=False, unbiased=False):
+    mean = x.mean(dim=-1)
+    if one_pass:
+        var = (x * x).mean(dim=-1) - mean * mean
+    else:
+        var = x.var(dim=-1, unbiased=unbiased)
+    rstd = torch.rsqrt(var + eps)
+    return (x - mean[:, None]) * rstd[:, None] * gamma + beta, mean, rstd
+
+
+def test_layernorm_rows_checker(capsys):
+    exercises.check_layernorm_rows(_layernorm_rows_torch)
+    assert capsys.readouterr().out.startswith("Exercise 3.1 passed")
+    with pytest.raises(ExerciseError, match="cancels catastrophically"):
+        exercises.check_layernorm_rows(lambda x, g, b, eps: _layernorm_rows_torch(x, g, b, eps, one_pass=True))
+    with pytest.raises(ExerciseError, match="divide by N"):  # unbiased variance: N - 1
+        exercises.check_layernorm_rows(
+            lambda x, g, b, eps: _layernorm_rows_torch(x, g, b, eps, unbiased=x.shape[1] > 1))
+    with pytest.raises(ExerciseError, match="stride_x_row"):  # rows read as if contiguous
+        exercises.check_layernorm_rows(
+            lambda x, g, b, eps: _layernorm_rows_torch(torch.as_strided(x, x.shape, (x.shape[1], 1)), g, b, eps))
+    with pytest.raises(ExerciseError, match="elements are NaN"):  # the last row never written
+        exercises.check_layernorm_rows(lambda x, g, b, eps: tuple(
+            torch.cat([t[:-1], torch.full_like(t[-1:], float("nan"))]) for t in _layernorm_rows_torch(x, g, b, eps)))
+    with pytest.raises(ExerciseError, match="return a tuple"):
+        exercises.check_layernorm_rows(lambda x, g, b, eps: _layernorm_rows_torch(x, g, b, eps)[0])
+
+
+def _right_layernorm_dx(x, gamma, dy, mean, rstd):
+    xhat = (x - mean[..., None]) * rstd[..., None]
+    g = dy * gamma
+    return (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True)) * rstd[..., None]
+
+
+def test_layernorm_dx_checker(capsys):
+    exercises.check_layernorm_dx(_right_layernorm_dx)
+    assert capsys.readouterr().out.startswith("Exercise 3.2 passed")
+    with pytest.raises(ExerciseError, match="multiply dy by gamma"):
+        exercises.check_layernorm_dx(lambda x, gamma, dy, mean, rstd: _right_layernorm_dx(x, 1.0, dy, mean, rstd))
+    with pytest.raises(ExerciseError, match="is missing"):  # the xhat term left out
+        exercises.check_layernorm_dx(lambda x, gamma, dy, mean, rstd: (
+            dy * gamma - (dy * gamma).mean(-1, keepdim=True)) * rstd[..., None])
+
+    def summed(x, gamma, dy, mean, rstd):  # sums where the formula has means
+        xhat = (x - mean[..., None]) * rstd[..., None]
+        g = dy * gamma
+        return (g - g.sum(-1, keepdim=True) - xhat * (g * xhat).sum(-1, keepdim=True)) * rstd[..., None]
+
+    with pytest.raises(ExerciseError, match="not sums"):
+        exercises.check_layernorm_dx(summed)
+    with pytest.raises(ExerciseError, match=r"shape \(3, 3\), expected \(3, 1\)"):  # mean not given a last axis
+        exercises.check_layernorm_dx(lambda x, gamma, dy, mean, rstd: (dy * gamma - (dy * gamma).mean(-1, keepdim=True)
+                                                                       - (x - mean) * rstd) * rstd)
+
+
+def _right_partial_sums(x, n_programs):
+    rows_per_program = -(-x.shape[0] // n_programs)
+    return torch.stack([x[s:s + rows_per_program].sum(0) for s in range(0, x.shape[0], rows_per_program)])
+
+
+def test_column_partial_sums_checker(capsys):
+    exercises.check_column_partial_sums(_right_partial_sums)
+    assert capsys.readouterr().out.startswith("Exercise 3.3 passed")
+
+    def past_own_rows(x, n_programs):  # tiles of 4 rows masked with n_rows only
+        rows_per_program = -(-x.shape[0] // n_programs)
+        return torch.stack([x[s:s + -(-rows_per_program // 4) * 4].sum(0)
+                            for s in range(0, x.shape[0], rows_per_program)])
+
+    with pytest.raises(ExerciseError, match="counted twice or not at all"):
+        exercises.check_column_partial_sums(past_own_rows)
+    with pytest.raises(ExerciseError, match="stride_x_row"):
+        exercises.check_column_partial_sums(
+            lambda x, p: _right_partial_sums(torch.as_strided(x, x.shape, (x.shape[1], 1)), p))
+    with pytest.raises(ExerciseError, match="got None"):
+        exercises.check_column_partial_sums(lambda x, p: None)
+
+
+def _right_grad_through_row_max(x, grad_z):
+    m = x.amax(dim=-1, keepdim=True)
+    is_max = (x == m).to(x.dtype)
+    grad_m = -(grad_z * x).sum(dim=-1, keepdim=True) / (m * m)
+    return grad_z / m + is_max * grad_m / is_max.sum(dim=-1, keepdim=True)
+
+
+def test_grad_through_row_max_checker(capsys):
+    exercises.check_grad_through_row_max(_right_grad_through_row_max)
+    assert capsys.readouterr().out.startswith("Exercise 3.4 passed")
+    with pytest.raises(ExerciseError, match="dL/dm"):  # the seed's mistake, without its factor m
+        exercises.check_grad_through_row_max(lambda x, g: g / x.amax(dim=-1, keepdim=True))
+    with pytest.raises(ExerciseError, match="share dL/dm equally"):
+
+        def unshared(x, grad_z):
+            m = x.amax(dim=-1, keepdim=True)
+            return grad_z / m - (x == m) * (grad_z * x).sum(dim=-1, keepdim=True) / (m * m)
+
+        exercises.check_grad_through_row_max(unshared)
+    with pytest.raises(ExerciseError, match="grad_z / m"):
+        exercises.check_grad_through_row_max(lambda x, g: g)

@@ -47,3 +47,16 @@ def test_num_warps_for(elements, warps):
 
 def test_pick():
     assert runtime.pick(gpu="big", cpu="small") == ("big" if runtime.ON_GPU else "small")
+
+
+def test_interpreter_refuses_a_triton_imported_too_early(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(runtime, "_REASON", "no CUDA GPU was found")
+    # triton is in sys.modules here, as it is after a notebook's `import triton`.
+    with pytest.raises(ImportError, match="course_lib must be imported before triton"):
+        runtime._select_interpreter()
+
+
+def test_interpreter_accepts_a_variable_set_in_advance(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    runtime._select_interpreter()

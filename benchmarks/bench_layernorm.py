@@ -1,0 +1,34 @@
+"""LayerNorm against torch.nn.functional.layer_norm (eager) and its torch.compile, forward and backward.
+
+Bytes counted: forward reads x and writes y (2·M·N·es); the backward reads x and dy and
+writes dx (3·M·N·es) — gamma, beta, their gradients and the row statistics are small.
+"""
+
+import torch
+import torch.nn.functional as F
+
+from course_lib.benchmarking import forward_backward_ms, fresh_compile, row
+from course_lib.layernorm import layernorm
+
+SHAPES = [(16384, 1024), (8192, 4096), (4096, 8192), (2048, 32768), (512, 2**17)]
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+def torch_layernorm(x, weight, bias):
+    return F.layer_norm(x, (x.shape[-1],), weight, bias)
+
+
+def run(copy_gbps, shapes=SHAPES, dtypes=DTYPES):
+    rows = []
+    for dtype in dtypes:
+        for shape in shapes:
+            x = torch.randn(shape, device="cuda", dtype=dtype, requires_grad=True)
+            weight = torch.randn(shape[-1], device="cuda", dtype=dtype, requires_grad=True)
+            bias = torch.randn(shape[-1], device="cuda", dtype=dtype, requires_grad=True)
+            n_bytes = x.numel() * x.element_size()
+            impls = {"course_lib": layernorm, "torch": torch_layernorm, "torch.compile": fresh_compile(torch_layernorm)}
+            for impl, fn in impls.items():
+                fwd_ms, bwd_ms = forward_backward_ms(fn, x, weight, bias)
+                rows.append(row("layernorm", "fwd", impl, dtype, shape, fwd_ms, 2 * n_bytes, copy_gbps))
+                rows.append(row("layernorm", "bwd", impl, dtype, shape, bwd_ms, 3 * n_bytes, copy_gbps))
+    return rows

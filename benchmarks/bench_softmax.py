@@ -1,0 +1,49 @@
+"""Causal softmax against torch eager (`masked_fill` + `softmax`) and its torch.compile,
+forward and backward; and a wide plain softmax, 2**17 columns, against `x.softmax(-1)`.
+
+Bytes counted for causal softmax, per (n, n) matrix: the forward reads the lower
+triangle and writes everything, 1.5·n²·es; the backward reads the lower triangles of
+y and grad_y and writes grad_x, 2·n²·es. For the plain softmax of (M, N): forward
+2·M·N·es (read x, write y), backward 3·M·N·es (read y and grad_y, write grad_x).
+"""
+
+import torch
+
+from course_lib.benchmarking import forward_backward_ms, fresh_compile, row
+from course_lib.softmax import causal_softmax, softmax
+
+SHAPES = [(64, 1024), (16, 4096), (4, 8192)]  # (batch, n): batch matrices of n x n
+DTYPES = [torch.float32, torch.bfloat16]
+WIDE_SHAPE = (512, 2**17)
+
+
+def masked_softmax(x, hidden):
+    return x.masked_fill(hidden, float("-inf")).softmax(-1)
+
+
+def plain_softmax(x):
+    return x.softmax(-1)
+
+
+def run(copy_gbps, shapes=SHAPES, dtypes=DTYPES, wide_shape=WIDE_SHAPE):
+    rows = []
+    for dtype in dtypes:
+        for batch, n in shapes:
+            x = torch.randn(batch, n, n, device="cuda", dtype=dtype, requires_grad=True)
+            hidden = torch.ones(n, n, device="cuda", dtype=torch.bool).triu(diagonal=1)
+            matrix_bytes = batch * n * n * x.element_size()
+            compiled = fresh_compile(masked_softmax)
+            for impl, fn in {"course_lib": lambda t: causal_softmax(t), "torch": lambda t: masked_softmax(t, hidden),
+                             "torch.compile": lambda t: compiled(t, hidden)}.items():
+                fwd_ms, bwd_ms = forward_backward_ms(fn, x)
+                shape = (batch, n, n)
+                rows.append(row("causal_softmax", "fwd", impl, dtype, shape, fwd_ms, 1.5 * matrix_bytes, copy_gbps))
+                rows.append(row("causal_softmax", "bwd", impl, dtype, shape, bwd_ms, 2 * matrix_bytes, copy_gbps))
+        x = torch.randn(wide_shape, device="cuda", dtype=dtype, requires_grad=True)
+        n_bytes = x.numel() * x.element_size()
+        for impl, fn in {"course_lib": softmax, "torch": plain_softmax,
+                         "torch.compile": fresh_compile(plain_softmax)}.items():
+            fwd_ms, bwd_ms = forward_backward_ms(fn, x)
+            rows.append(row("softmax", "fwd", impl, dtype, wide_shape, fwd_ms, 2 * n_bytes, copy_gbps))
+            rows.append(row("softmax", "bwd", impl, dtype, wide_shape, bwd_ms, 3 * n_bytes, copy_gbps))
+    return rows

@@ -1,0 +1,725 @@
+"""LayerNorm over the last dimension: y = (z - mean(z)) * rstd * gamma + beta.
+
+Chapter 3. ``z`` is the row ``x``, or with ``stable=True`` the row divided by its
+maximum (the seed's option). Read top to bottom: the Triton kernels, the host
+launchers that pick tiles and grids, the ``torch.autograd.Function``, the public
+``layernorm`` and the ``LayerNorm`` module that stands in for ``torch.nn.LayerNorm``.
+
+What training saves is one float32 mean and one rstd per row (and the row maximum when
+``stable``), not whole tensors: the backward reloads ``x`` and recomputes
+``xhat = (z - mean) * rstd``. The backward's ``dgamma`` and ``dbeta`` are column sums
+over every row, reduced in two deterministic stages, without atomics: a persistent
+grid whose programs each own a contiguous range of rows, write their dx and one
+float32 partial row, then ``column_sum_kernel`` (from chapter 1) adding the partial
+rows in a fixed order. Rows too wide for registers are cut into column blocks: a first
+kernel writes partial rows and each row's sums over each block, a second adds up a
+row's sums and writes its dx.
+
+The gradient of ``stable=True``. With ``z = x / m`` and ``m = max(x)``, the chain rule
+gives ``dx = dz / m``, plus, for the maximum itself, ``dL/dm = -sum_j dz_j z_j / m``
+(shared equally between tied maxima, as autograd does for ``amax``). Substituting the
+LayerNorm backward, ``sum_j dz_j z_j = eps * rstd**2 * sum_j (dy * gamma * xhat)_j``:
+without ``eps`` LayerNorm ignores the scale of its input and that term would vanish.
+The seed left out both the ``1 / m`` and this term. Like the seed, the row is divided
+whatever its maximum: a row whose maximum is 0 becomes NaN, and a negative maximum
+flips the row's sign, and with it the sign of ``xhat``.
+
+Every division in the kernels is ``tl.div_rn``, rounded correctly as on a CPU: on a GPU
+Triton compiles float32 ``/`` to an approximate division (``div.full.f32``, up to 2 ulp
+off). So ``z = x / m`` is exactly 1 wherever ``x`` is the maximum, and the same in the
+forward and the backward. A row of width 1, and with ``stable=True`` any constant row
+up to FORWARD_MAX_BLOCK wide, then centres to exactly 0; an ulp left there would be
+multiplied by ``rstd = 1 / sqrt(eps)``, 316 for the default eps.
+"""
+
+import numbers
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+from torch import nn
+
+from .runtime import multiprocessor_count
+from .validation import (
+    INT32_LIMIT,
+    check_index_range,
+    check_same_device_and_dtype,
+    check_tensor,
+    on_device_of,
+)
+from .weighted_sum import column_sum_kernel
+
+# ---------------------------------------------------------------------------- kernels
+
+
+@triton.jit
+def _z(x, row_max, STABLE: tl.constexpr):
+    """z = x, or x / max(x) rounded correctly: the same z in every kernel, and exactly 1 at the maximum."""
+    return tl.div_rn(x, row_max[:, None]) if STABLE else x
+
+
+@triton.jit
+def _xhat(x, mean, rstd, row_max, mask, STABLE: tl.constexpr):
+    """xhat = (z - mean) * rstd; 0 outside the mask. Stats are per row."""
+    return tl.where(mask, (_z(x, row_max, STABLE) - mean[:, None]) * rstd[:, None], 0.0)
+
+
+@triton.jit
+def layernorm_forward_kernel(
+    x_ptr, gamma_ptr, beta_ptr, y_ptr, mean_ptr, rstd_ptr, row_max_ptr,
+    n_rows, n_cols, eps,
+    stride_x_row, stride_x_col, stride_gamma, stride_beta, stride_y_row,
+    HAS_GAMMA: tl.constexpr, HAS_BETA: tl.constexpr, STABLE: tl.constexpr, SAVE_STATS: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
+):
+    """One program normalises BLOCK_ROWS whole rows held in registers (BLOCK_COLS >= n_cols)."""
+    rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    cols = tl.arange(0, BLOCK_COLS)
+    row_mask = rows < n_rows
+    col_mask = cols < n_cols
+    mask = row_mask[:, None] & col_mask[None, :]
+    # 64-bit offsets: rows * stride can pass 2**31 on large inputs.
+    rows64 = rows.to(tl.int64)
+    x = tl.load(
+        x_ptr + rows64[:, None] * stride_x_row + cols[None, :].to(tl.int64) * stride_x_col,
+        mask=mask, other=0.0,
+    ).to(tl.float32)
+
+    row_max = tl.max(tl.where(mask, x, float("-inf")), axis=1) if STABLE else None
+    z = _z(x, row_max, STABLE)
+
+    # Statistics of z, in two steps over registers: the mean first, then the variance
+    # of z - mean, which cannot cancel the way E[z^2] - E[z]^2 does. A row of one value,
+    # or of z all exactly 1, centres to exactly 0 (module docstring).
+    n_values = n_cols * 1.0  # as a float, for tl.div_rn
+    mean = tl.div_rn(tl.sum(z, axis=1), n_values)
+    centred = tl.where(mask, z - mean[:, None], 0.0)
+    var = tl.div_rn(tl.sum(centred * centred, axis=1), n_values)
+    rstd = tl.rsqrt(var + eps)
+
+    y = centred * rstd[:, None]
+    if HAS_GAMMA:
+        y *= tl.load(gamma_ptr + cols * stride_gamma, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+    if HAS_BETA:
+        y += tl.load(beta_ptr + cols * stride_beta, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+    tl.store(y_ptr + rows64[:, None] * stride_y_row + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+    if SAVE_STATS:
+        tl.store(mean_ptr + rows, mean, mask=row_mask)
+        tl.store(rstd_ptr + rows, rstd, mask=row_mask)
+        if STABLE:
+            tl.store(row_max_ptr + rows, row_max, mask=row_mask)
+
+
+@triton.jit
+def layernorm_forward_looped_kernel(
+    x_ptr, gamma_ptr, beta_ptr, y_ptr, mean_ptr, rstd_ptr, row_max_ptr,
+    n_rows, n_cols, eps,
+    stride_x_row, stride_x_col, stride_gamma, stride_beta, stride_y_row,
+    HAS_GAMMA: tl.constexpr, HAS_BETA: tl.constexpr, STABLE: tl.constexpr, SAVE_STATS: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, NUM_STAGES: tl.constexpr,
+):
+    """Rows wider than a block: one pass over tiles for the statistics, one to normalise."""
+    rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    row_mask = rows < n_rows
+    rows64 = rows.to(tl.int64)
+    x_row_ptrs = x_ptr + rows64[:, None] * stride_x_row
+
+    # Pass 1. Each tile's own mean and sum of squared deviations, merged into the
+    # running ones (Chan et al.): as safe from cancellation as the two-step version.
+    mean = tl.zeros((BLOCK_ROWS,), dtype=tl.float32)
+    sum_sq_dev = tl.zeros((BLOCK_ROWS,), dtype=tl.float32)
+    row_max = tl.full((BLOCK_ROWS,), float("-inf"), dtype=tl.float32)
+    for col_start in tl.range(0, n_cols, BLOCK_COLS, num_stages=NUM_STAGES):
+        cols = col_start + tl.arange(0, BLOCK_COLS)
+        mask = row_mask[:, None] & (cols < n_cols)[None, :]
+        x = tl.load(x_row_ptrs + cols[None, :].to(tl.int64) * stride_x_col, mask=mask, other=0.0).to(tl.float32)
+        if STABLE:
+            row_max = tl.maximum(row_max, tl.max(tl.where(mask, x, float("-inf")), axis=1))
+        seen = col_start * 1.0  # as a float
+        tile_count = tl.minimum(n_cols - col_start, BLOCK_COLS) * 1.0
+        tile_weight = tl.div_rn(tile_count, seen + tile_count)
+        tile_mean = tl.div_rn(tl.sum(x, axis=1), tile_count)
+        deviation = tl.where(mask, x - tile_mean[:, None], 0.0)
+        delta = tile_mean - mean
+        mean += delta * tile_weight
+        sum_sq_dev += tl.sum(deviation * deviation, axis=1) + delta * delta * seen * tile_weight
+    var = tl.div_rn(sum_sq_dev, n_cols * 1.0)
+    if STABLE:
+        # Those of z = x / max, known only now. Dividing var twice: max**2 can overflow.
+        mean = tl.div_rn(mean, row_max)
+        var = tl.div_rn(tl.div_rn(var, row_max), row_max)
+    rstd = tl.rsqrt(var + eps)
+
+    # Pass 2 walks back: the tiles read last are the likeliest to still be in L2.
+    n_tiles = tl.cdiv(n_cols, BLOCK_COLS)
+    for tile in tl.range(0, n_tiles, num_stages=NUM_STAGES):
+        cols = (n_tiles - 1 - tile) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+        col_mask = cols < n_cols
+        mask = row_mask[:, None] & col_mask[None, :]
+        x = tl.load(x_row_ptrs + cols[None, :].to(tl.int64) * stride_x_col, mask=mask, other=0.0).to(tl.float32)
+        y = _xhat(x, mean, rstd, row_max, mask, STABLE)
+        if HAS_GAMMA:
+            y *= tl.load(gamma_ptr + cols * stride_gamma, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+        if HAS_BETA:
+            y += tl.load(beta_ptr + cols * stride_beta, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+        tl.store(y_ptr + rows64[:, None] * stride_y_row + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+    if SAVE_STATS:
+        tl.store(mean_ptr + rows, mean, mask=row_mask)
+        tl.store(rstd_ptr + rows, rstd, mask=row_mask)
+        if STABLE:
+            tl.store(row_max_ptr + rows, row_max, mask=row_mask)
+
+
+@triton.jit
+def _grad_x(weighted_grad, xhat, x, rstd, row_max, c1, c2, n_max, mask, n_cols, eps, STABLE: tl.constexpr):
+    """dx from dL/dxhat = dy * gamma and its row means c1 = mean(dL/dxhat), c2 = mean(dL/dxhat * xhat)."""
+    grad = (weighted_grad - c1[:, None] - xhat * c2[:, None]) * rstd[:, None]
+    if STABLE:
+        # Through z = x / m (module docstring): dz / m, and the n_max maxima share dL/dm.
+        grad_max = tl.div_rn(-eps * rstd * rstd * c2 * n_cols, row_max)
+        share = tl.div_rn(grad_max, tl.maximum(n_max, 1.0))
+        is_max = mask & (x == row_max[:, None])
+        grad = tl.div_rn(grad, row_max[:, None]) + tl.where(is_max, share[:, None], 0.0)
+    return grad
+
+
+@triton.jit
+def layernorm_backward_kernel(
+    x_ptr, gamma_ptr, grad_y_ptr, mean_ptr, rstd_ptr, row_max_ptr, grad_x_ptr, partial_ptr,
+    n_rows, n_cols, rows_per_program, eps,
+    stride_x_row, stride_x_col, stride_gamma, stride_grad_y_row, stride_grad_y_col,
+    stride_grad_x_row, stride_partial_row,
+    HAS_GAMMA: tl.constexpr, HAS_BETA: tl.constexpr, STABLE: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, NUM_STAGES: tl.constexpr,
+):
+    """A persistent program: dx for its range of rows, whole rows in registers.
+
+    Along the way it adds dy * xhat and dy into float32 registers and, at the end,
+    writes them as its partial row of dgamma (then dbeta): no atomics, and the partial
+    rows are added in a fixed order afterwards.
+    """
+    program = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_COLS)
+    col_mask = cols < n_cols
+    col_offsets_x = cols[None, :].to(tl.int64) * stride_x_col
+    col_offsets_grad_y = cols[None, :].to(tl.int64) * stride_grad_y_col
+    if HAS_GAMMA:
+        gamma = tl.load(gamma_ptr + cols * stride_gamma, mask=col_mask, other=0.0).to(tl.float32)
+    grad_gamma_acc = tl.zeros((BLOCK_ROWS, BLOCK_COLS), dtype=tl.float32)
+    grad_beta_acc = tl.zeros((BLOCK_ROWS, BLOCK_COLS), dtype=tl.float32)
+
+    first_row = program * rows_per_program
+    last_row = tl.minimum(first_row + rows_per_program, n_rows)
+    for row_start in tl.range(first_row, last_row, BLOCK_ROWS, num_stages=NUM_STAGES):
+        rows = row_start + tl.arange(0, BLOCK_ROWS)
+        row_mask = rows < last_row
+        mask = row_mask[:, None] & col_mask[None, :]
+        rows64 = rows.to(tl.int64)
+        x = tl.load(x_ptr + rows64[:, None] * stride_x_row + col_offsets_x, mask=mask, other=0.0).to(tl.float32)
+        grad_y = tl.load(
+            grad_y_ptr + rows64[:, None] * stride_grad_y_row + col_offsets_grad_y, mask=mask, other=0.0
+        ).to(tl.float32)
+        mean = tl.load(mean_ptr + rows, mask=row_mask, other=0.0)
+        rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)
+        row_max = tl.load(row_max_ptr + rows, mask=row_mask, other=1.0) if STABLE else None
+        n_max = tl.sum((mask & (x == row_max[:, None])).to(tl.float32), axis=1) if STABLE else None
+
+        xhat = _xhat(x, mean, rstd, row_max, mask, STABLE)
+        weighted_grad = grad_y * gamma[None, :] if HAS_GAMMA else grad_y
+        c1 = tl.div_rn(tl.sum(weighted_grad, axis=1), n_cols * 1.0)
+        c2 = tl.div_rn(tl.sum(weighted_grad * xhat, axis=1), n_cols * 1.0)
+        grad_x = _grad_x(weighted_grad, xhat, x, rstd, row_max, c1, c2, n_max, mask, n_cols, eps, STABLE)
+        tl.store(
+            grad_x_ptr + rows64[:, None] * stride_grad_x_row + cols[None, :],
+            grad_x.to(grad_x_ptr.dtype.element_ty),
+            mask=mask,
+        )
+        grad_gamma_acc += grad_y * xhat
+        grad_beta_acc += grad_y
+
+    partial_row_ptr = partial_ptr + program.to(tl.int64) * stride_partial_row
+    if HAS_GAMMA:
+        tl.store(partial_row_ptr + cols, tl.sum(grad_gamma_acc, axis=0), mask=col_mask)
+        partial_row_ptr += n_cols
+    if HAS_BETA:
+        tl.store(partial_row_ptr + cols, tl.sum(grad_beta_acc, axis=0), mask=col_mask)
+
+
+@triton.jit
+def layernorm_backward_partials_kernel(
+    x_ptr, gamma_ptr, grad_y_ptr, mean_ptr, rstd_ptr, row_max_ptr, row_sums_ptr, partial_ptr,
+    n_rows, n_cols, rows_per_program,
+    stride_x_row, stride_x_col, stride_gamma, stride_grad_y_row, stride_grad_y_col,
+    stride_sums_plane, stride_partial_row,
+    HAS_GAMMA: tl.constexpr, HAS_BETA: tl.constexpr, STABLE: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, NUM_STAGES: tl.constexpr,
+):
+    """Rows wider than a block, stage 1: program (c, g) owns column block c and the rows of group g.
+
+    A row's dx needs sums over the whole row, which one program no longer holds; so
+    this kernel only writes, for each of its rows, the sums over its columns of
+    dy * gamma and dy * gamma * xhat (and the count of maxima), into row_sums[q, row, c].
+    Its partial dgamma and dbeta stay in registers down the rows, as in chapter 1.
+    """
+    col_block = tl.program_id(0)
+    row_group = tl.program_id(1)
+    n_col_blocks = tl.num_programs(0)
+    cols = col_block * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+    col_mask = cols < n_cols
+    col_offsets_x = cols[None, :].to(tl.int64) * stride_x_col
+    col_offsets_grad_y = cols[None, :].to(tl.int64) * stride_grad_y_col
+    if HAS_GAMMA:
+        gamma = tl.load(gamma_ptr + cols * stride_gamma, mask=col_mask, other=0.0).to(tl.float32)
+    grad_gamma_acc = tl.zeros((BLOCK_ROWS, BLOCK_COLS), dtype=tl.float32)
+    grad_beta_acc = tl.zeros((BLOCK_ROWS, BLOCK_COLS), dtype=tl.float32)
+
+    first_row = row_group * rows_per_program
+    last_row = tl.minimum(first_row + rows_per_program, n_rows)
+    for row_start in tl.range(first_row, last_row, BLOCK_ROWS, num_stages=NUM_STAGES):
+        rows = row_start + tl.arange(0, BLOCK_ROWS)
+        row_mask = rows < last_row
+        mask = row_mask[:, None] & col_mask[None, :]
+        rows64 = rows.to(tl.int64)
+        x = tl.load(x_ptr + rows64[:, None] * stride_x_row + col_offsets_x, mask=mask, other=0.0).to(tl.float32)
+        grad_y = tl.load(
+            grad_y_ptr + rows64[:, None] * stride_grad_y_row + col_offsets_grad_y, mask=mask, other=0.0
+        ).to(tl.float32)
+        mean = tl.load(mean_ptr + rows, mask=row_mask, other=0.0)
+        rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)
+        row_max = tl.load(row_max_ptr + rows, mask=row_mask, other=1.0) if STABLE else None
+
+        xhat = _xhat(x, mean, rstd, row_max, mask, STABLE)
+        weighted_grad = grad_y * gamma[None, :] if HAS_GAMMA else grad_y
+        sums_ptrs = row_sums_ptr + rows64 * n_col_blocks + col_block
+        tl.store(sums_ptrs, tl.sum(weighted_grad, axis=1), mask=row_mask)
+        tl.store(sums_ptrs + stride_sums_plane, tl.sum(weighted_grad * xhat, axis=1), mask=row_mask)
+        if STABLE:
+            n_max = tl.sum((mask & (x == row_max[:, None])).to(tl.float32), axis=1)
+            tl.store(sums_ptrs + 2 * stride_sums_plane, n_max, mask=row_mask)
+        grad_gamma_acc += grad_y * xhat
+        grad_beta_acc += grad_y
+
+    partial_row_ptr = partial_ptr + row_group.to(tl.int64) * stride_partial_row
+    if HAS_GAMMA:
+        tl.store(partial_row_ptr + cols, tl.sum(grad_gamma_acc, axis=0), mask=col_mask)
+        partial_row_ptr += n_cols
+    if HAS_BETA:
+        tl.store(partial_row_ptr + cols, tl.sum(grad_beta_acc, axis=0), mask=col_mask)
+
+
+@triton.jit
+def layernorm_backward_dx_kernel(
+    x_ptr, gamma_ptr, grad_y_ptr, mean_ptr, rstd_ptr, row_max_ptr, row_sums_ptr, grad_x_ptr,
+    n_rows, n_cols, n_col_blocks, eps,
+    stride_x_row, stride_x_col, stride_gamma, stride_grad_y_row, stride_grad_y_col,
+    stride_grad_x_row, stride_sums_plane,
+    HAS_GAMMA: tl.constexpr, STABLE: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, BLOCK_SUMS: tl.constexpr, NUM_STAGES: tl.constexpr,
+):
+    """Rows wider than a block, stage 2: add up each row's sums in a fixed order, then walk the row writing dx."""
+    # Rows in reverse: stage 1 read the last rows last, so they are the likeliest still in L2.
+    rows = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    row_mask = rows < n_rows
+    rows64 = rows.to(tl.int64)
+
+    sum_weighted_grad = tl.zeros((BLOCK_ROWS, BLOCK_SUMS), dtype=tl.float32)
+    sum_weighted_grad_xhat = tl.zeros((BLOCK_ROWS, BLOCK_SUMS), dtype=tl.float32)
+    count_max = tl.zeros((BLOCK_ROWS, BLOCK_SUMS), dtype=tl.float32)
+    for block_start in range(0, n_col_blocks, BLOCK_SUMS):
+        blocks = block_start + tl.arange(0, BLOCK_SUMS)
+        sums_mask = row_mask[:, None] & (blocks < n_col_blocks)[None, :]
+        sums_ptrs = row_sums_ptr + rows64[:, None] * n_col_blocks + blocks[None, :]
+        sum_weighted_grad += tl.load(sums_ptrs, mask=sums_mask, other=0.0)
+        sum_weighted_grad_xhat += tl.load(sums_ptrs + stride_sums_plane, mask=sums_mask, other=0.0)
+        if STABLE:
+            count_max += tl.load(sums_ptrs + 2 * stride_sums_plane, mask=sums_mask, other=0.0)
+    c1 = tl.div_rn(tl.sum(sum_weighted_grad, axis=1), n_cols * 1.0)
+    c2 = tl.div_rn(tl.sum(sum_weighted_grad_xhat, axis=1), n_cols * 1.0)
+    n_max = tl.sum(count_max, axis=1) if STABLE else None
+
+    mean = tl.load(mean_ptr + rows, mask=row_mask, other=0.0)
+    rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)
+    row_max = tl.load(row_max_ptr + rows, mask=row_mask, other=1.0) if STABLE else None
+    x_row_ptrs = x_ptr + rows64[:, None] * stride_x_row
+    grad_y_row_ptrs = grad_y_ptr + rows64[:, None] * stride_grad_y_row
+    for col_start in tl.range(0, n_cols, BLOCK_COLS, num_stages=NUM_STAGES):
+        cols = col_start + tl.arange(0, BLOCK_COLS)
+        col_mask = cols < n_cols
+        mask = row_mask[:, None] & col_mask[None, :]
+        x = tl.load(x_row_ptrs + cols[None, :].to(tl.int64) * stride_x_col, mask=mask, other=0.0).to(tl.float32)
+        grad_y = tl.load(
+            grad_y_row_ptrs + cols[None, :].to(tl.int64) * stride_grad_y_col, mask=mask, other=0.0
+        ).to(tl.float32)
+        if HAS_GAMMA:
+            gamma = tl.load(gamma_ptr + cols * stride_gamma, mask=col_mask, other=0.0).to(tl.float32)
+        weighted_grad = grad_y * gamma[None, :] if HAS_GAMMA else grad_y
+        xhat = _xhat(x, mean, rstd, row_max, mask, STABLE)
+        grad_x = _grad_x(weighted_grad, xhat, x, rstd, row_max, c1, c2, n_max, mask, n_cols, eps, STABLE)
+        tl.store(
+            grad_x_ptr + rows64[:, None] * stride_grad_x_row + cols[None, :],
+            grad_x.to(grad_x_ptr.dtype.element_ty),
+            mask=mask,
+        )
+
+
+# -------------------------------------------------------------------------- launchers
+
+
+class Tiles(NamedTuple):
+    """A program's tile: BLOCK_ROWS rows of BLOCK_COLS columns, its warps, and how many
+    iterations of its loop are in flight (tl.range's software pipelining: the next
+    tiles load into shared memory while this one is computed; 1 is none)."""
+
+    block_rows: int
+    block_cols: int
+    num_warps: int
+    num_stages: int = 1
+
+
+class BackwardConfig(NamedTuple):
+    """How the backward is cut up.
+
+    ``tiles.block_cols >= n_cols``: one persistent kernel with whole rows in registers,
+    ``programs_per_sm`` programs a multiprocessor. Otherwise two stages: the partial
+    sums kernel on ``tiles`` (about ``programs_per_sm`` programs a multiprocessor),
+    then the dx kernel walking rows on ``dx_tiles``.
+    """
+
+    tiles: Tiles
+    programs_per_sm: int
+    dx_tiles: Tiles | None = None
+
+
+class RowStats(NamedTuple):
+    """What the forward saves for the backward: float32, one value a row."""
+
+    mean: torch.Tensor
+    rstd: torch.Tensor
+    row_max: torch.Tensor | None  # only with stable=True
+
+
+# Widest rows held whole in registers (elements); wider rows take the looped forward
+# and the two-stage backward. The backward holds x, dy and two float32 partial sums a
+# column, the forward only x. Both sides were swept at 8192 columns, where whole rows
+# win (forward 0.88 vs 0.83 C in float32, backward 0.71 vs 0.43 C in bfloat16), and the
+# forward's at 32768, where they come within 4% of each other; 16384 was not measured.
+FORWARD_MAX_BLOCK = 16384
+BACKWARD_MAX_BLOCK = 8192
+WIDE_ROW_TILE = 8192  # columns a step when the dx kernel walks a wide row
+# Bytes of x a thread holds, from which the tiles' warps follow (see forward_tiles).
+BYTES_A_THREAD = 64
+MAX_WARPS = 16
+
+
+def _warps_for_tile(tile_bytes):
+    """BYTES_A_THREAD bytes of the tile a thread, 4 to MAX_WARPS warps."""
+    return max(4, min(MAX_WARPS, tile_bytes // (32 * BYTES_A_THREAD)))
+
+
+def forward_tiles(n_cols, element_size):
+    """Tiles for the forward: the looped kernel runs when block_cols < n_cols.
+
+    From benchmarks/tune_layernorm.py on an H200, as fractions of copy bandwidth C:
+
+    * warps: 64 bytes of x a thread (16 float32 or 32 bfloat16 values), 4 to 16 warps.
+      In bfloat16, 8 warps beat 16 at 8192 columns (0.81 vs 0.74 C) and 4 beat 8 at
+      4096 (0.81 vs 0.78 C).
+    * narrow rows share a program, up to 2048 values: 2 rows of 1024 bfloat16 on 4
+      warps reach 0.73 C, 4 rows on 8 warps 0.65 C.
+    * rows wider than FORWARD_MAX_BLOCK loop over the largest such tile, 16 warps of
+      64 bytes a thread (32 KiB: 8192 float32 or 16384 bfloat16 columns), without
+      pipelining: 0.71 C at 32768 bfloat16 columns, against 0.58 C for tiles of 4096
+      columns and 0.62 C with two stages.
+
+    At every shape swept (1024 to 131072 columns, float32 and bfloat16) this comes
+    within 4% of the best tile; repeated timings of one tile differ by up to 2%.
+    """
+    block_cols = triton.next_power_of_2(n_cols)
+    if block_cols > FORWARD_MAX_BLOCK:
+        return Tiles(1, MAX_WARPS * 32 * BYTES_A_THREAD // element_size, MAX_WARPS)
+    block_rows = max(1, 2048 // block_cols)
+    return Tiles(block_rows, block_cols, _warps_for_tile(block_rows * block_cols * element_size))
+
+
+def backward_config(n_cols, element_size):
+    """BackwardConfig for rows of ``n_cols`` elements of ``element_size`` bytes.
+
+    From benchmarks/tune_layernorm.py on an H200, as fractions of copy bandwidth C:
+
+    * whole rows: tiles of up to 4096 values, warps as in the forward.
+    * the loop over rows pipelined 3 deep, with programs_per_sm such that each
+      multiprocessor loads 16 KiB of x (and as much of dy) a stage. Rows of 8192
+      bfloat16 reach 0.71 C, against 0.55 C unpipelined and 0.60 C with two programs
+      a multiprocessor; the old 16 warps unpipelined gave 0.49 C.
+    * pipelining keeps two more tiles of x and of dy in shared memory: 64 KiB for
+      16 KiB tiles, which every GPU Triton runs on has (L4 and RTX GPUs give a
+      program 99 KiB). The 32 KiB tiles of float32 rows of 8192 would need 128 KiB, so
+      they run unpipelined: 0.80 C, against 0.81 C pipelined on the H200. The rows'
+      float32 mean, rstd and maximum are pipelined too, 12 bytes a row: rows count as
+      at least 16 columns wide, or 4096 rows of one column would need 160 KiB.
+    * wide rows: chapter 1's partial-sum tiles of 4 x 512, 4 programs a
+      multiprocessor, then the dx kernel walking WIDE_ROW_TILE columns a step on 16
+      warps, 1% ahead of the old 4096 columns on 8: 0.47 C (bfloat16) to 0.57 C
+      (float32), the best swept at 131072 columns and at 32768 in bfloat16. At 32768
+      float32 columns these were not timed together; the best swept, partial-sum tiles
+      of 2 x 1024 pipelined 2 deep, beat the old default by 4% (0.58 vs 0.56 C).
+
+    Whole rows come within 3% of the best swept configuration at every shape.
+    """
+    block_cols = triton.next_power_of_2(n_cols)
+    if block_cols > BACKWARD_MAX_BLOCK:
+        return BackwardConfig(Tiles(4, 512, 4), 4, Tiles(1, WIDE_ROW_TILE, MAX_WARPS))
+    row_width = max(block_cols, 16)  # narrow rows count as 16 columns (docstring)
+    block_rows = max(1, 4096 // row_width)
+    tile_bytes = block_rows * row_width * element_size
+    num_stages = 3 if tile_bytes <= 16384 else 1
+    tiles = Tiles(block_rows, block_cols, _warps_for_tile(tile_bytes), num_stages)
+    return BackwardConfig(tiles, programs_per_sm=max(1, 16384 // tile_bytes))
+
+
+def _as_rows(x):
+    """View x of shape (..., N) as (M, N) without copying when the strides allow it."""
+    return x.reshape(-1, x.shape[-1])
+
+
+def _stride(tensor):
+    return tensor.stride(0) if tensor is not None else 0
+
+
+def layernorm_forward(x, gamma, beta, eps, stable, *, save_stats, tiles=None):
+    """Launch a forward kernel; return (y, RowStats or None). ``tiles`` overrides forward_tiles."""
+    x2d = _as_rows(x)
+    n_rows, n_cols = x2d.shape
+    y = torch.empty((n_rows, n_cols), device=x.device, dtype=x.dtype)
+    stats = None
+    if save_stats:
+        def per_row():
+            return torch.empty(n_rows, device=x.device, dtype=torch.float32)
+        stats = RowStats(per_row(), per_row(), per_row() if stable else None)
+    if n_rows == 0:
+        return y.reshape(x.shape), stats
+    block_rows, block_cols, num_warps, num_stages = tiles or forward_tiles(n_cols, x.element_size())
+    if block_cols >= n_cols:
+        kernel, loop_options = layernorm_forward_kernel, {}
+    else:
+        kernel, loop_options = layernorm_forward_looped_kernel, {"NUM_STAGES": num_stages}
+    mean, rstd, row_max = stats or (None, None, None)
+    with on_device_of(x):
+        kernel[(triton.cdiv(n_rows, block_rows),)](
+            x2d, gamma, beta, y, mean, rstd, row_max,
+            n_rows, n_cols, eps,
+            x2d.stride(0), x2d.stride(1), _stride(gamma), _stride(beta), y.stride(0),
+            HAS_GAMMA=gamma is not None, HAS_BETA=beta is not None, STABLE=stable, SAVE_STATS=save_stats,
+            BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, num_warps=num_warps, **loop_options,
+        )
+    return y.reshape(x.shape), stats
+
+
+def _partial_rows(n_rows, block_rows, groups_wanted, partial_width, device):
+    """(rows_per_group, partial): row groups of whole row tiles, and one float32 partial row a group.
+
+    No more partial elements than column_sum_kernel's 32-bit offsets reach.
+    """
+    groups_wanted = max(1, min(groups_wanted, INT32_LIMIT // max(1, partial_width)))
+    rows_per_group = block_rows * triton.cdiv(triton.cdiv(n_rows, groups_wanted), block_rows)
+    partial = torch.empty((triton.cdiv(n_rows, rows_per_group), partial_width), device=device, dtype=torch.float32)
+    return rows_per_group, partial
+
+
+def _sum_partial_rows(partial, dtype):
+    """Column sums of the float32 partial rows, in a fixed order, cast to ``dtype``."""
+    n_partial_rows, width = partial.shape
+    out = torch.empty(width, device=partial.device, dtype=dtype)
+    # Narrow column blocks so that even a short row of sums spreads over the GPU.
+    block_cols = max(16, min(256, triton.next_power_of_2(triton.cdiv(width, multiprocessor_count()))))
+    block_rows = max(1, min(triton.next_power_of_2(n_partial_rows), 4096 // block_cols))
+    column_sum_kernel[(triton.cdiv(width, block_cols),)](
+        partial, out, n_partial_rows, width, partial.stride(0),
+        BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols,
+    )
+    return out
+
+
+def _backward_whole_rows(x2d, gamma, has_beta, grad_y, grad_x, stats, eps, stable, config, partial_width):
+    """The persistent kernel: dx, and the partial rows of dgamma and dbeta it returns."""
+    n_rows, n_cols = x2d.shape
+    block_rows, block_cols, num_warps, num_stages = config.tiles
+    rows_per_group, partial = _partial_rows(
+        n_rows, block_rows, config.programs_per_sm * multiprocessor_count(), partial_width, x2d.device
+    )
+    layernorm_backward_kernel[(partial.shape[0],)](
+        x2d, gamma, grad_y, stats.mean, stats.rstd, stats.row_max, grad_x, partial,
+        n_rows, n_cols, rows_per_group, eps,
+        x2d.stride(0), x2d.stride(1), _stride(gamma), grad_y.stride(0), grad_y.stride(1),
+        grad_x.stride(0), partial.stride(0),
+        HAS_GAMMA=gamma is not None, HAS_BETA=has_beta, STABLE=stable,
+        BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, NUM_STAGES=num_stages, num_warps=num_warps,
+    )
+    return partial
+
+
+def _backward_two_stages(x2d, gamma, has_beta, grad_y, grad_x, stats, eps, stable, config, partial_width):
+    """Rows wider than a block: the partial sums kernel, then the dx kernel."""
+    n_rows, n_cols = x2d.shape
+    block_rows, block_cols, num_warps, num_stages = config.tiles
+    col_blocks = triton.cdiv(n_cols, block_cols)
+    rows_per_group, partial = _partial_rows(
+        n_rows, block_rows, config.programs_per_sm * multiprocessor_count() // col_blocks, partial_width, x2d.device
+    )
+    n_sums = 3 if stable else 2  # sums of dy * gamma and dy * gamma * xhat, count of maxima
+    row_sums = torch.empty((n_sums, n_rows, col_blocks), device=x2d.device, dtype=torch.float32)
+    layernorm_backward_partials_kernel[(col_blocks, partial.shape[0])](
+        x2d, gamma, grad_y, stats.mean, stats.rstd, stats.row_max, row_sums, partial,
+        n_rows, n_cols, rows_per_group,
+        x2d.stride(0), x2d.stride(1), _stride(gamma), grad_y.stride(0), grad_y.stride(1),
+        row_sums.stride(0), partial.stride(0),
+        HAS_GAMMA=gamma is not None, HAS_BETA=has_beta, STABLE=stable,
+        BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, NUM_STAGES=num_stages, num_warps=num_warps,
+    )
+    dx_rows, dx_cols, dx_warps, dx_stages = config.dx_tiles
+    layernorm_backward_dx_kernel[(triton.cdiv(n_rows, dx_rows),)](
+        x2d, gamma, grad_y, stats.mean, stats.rstd, stats.row_max, row_sums, grad_x,
+        n_rows, n_cols, col_blocks, eps,
+        x2d.stride(0), x2d.stride(1), _stride(gamma), grad_y.stride(0), grad_y.stride(1),
+        grad_x.stride(0), row_sums.stride(0),
+        HAS_GAMMA=gamma is not None, STABLE=stable,
+        BLOCK_ROWS=dx_rows, BLOCK_COLS=dx_cols, BLOCK_SUMS=min(triton.next_power_of_2(col_blocks), 256),
+        NUM_STAGES=dx_stages, num_warps=dx_warps,
+    )
+    return partial
+
+
+def layernorm_backward(grad_y, x, gamma, has_beta, stats, eps, stable, *, config=None):
+    """Launch the backward; return (grad_x, grad_gamma or None, grad_beta or None).
+
+    ``config`` overrides backward_config (a BackwardConfig).
+    """
+    x2d = _as_rows(x)
+    n_rows, n_cols = x2d.shape
+    grad_y = grad_y.reshape(n_rows, n_cols)
+    grad_x = torch.empty((n_rows, n_cols), device=x.device, dtype=x.dtype)
+    has_gamma = gamma is not None
+    partial_width = (int(has_gamma) + int(has_beta)) * n_cols  # dgamma's partial row, then dbeta's
+    if n_rows == 0:
+        sums = torch.zeros(partial_width, device=x.device, dtype=x.dtype)
+    else:
+        config = config or backward_config(n_cols, x.element_size())
+        backward = _backward_whole_rows if config.tiles.block_cols >= n_cols else _backward_two_stages
+        with on_device_of(x):
+            partial = backward(x2d, gamma, has_beta, grad_y, grad_x, stats, eps, stable, config, partial_width)
+            sums = _sum_partial_rows(partial, x.dtype) if partial_width else None
+    grad_gamma = sums[:n_cols] if has_gamma else None
+    grad_beta = sums[partial_width - n_cols:] if has_beta else None
+    return grad_x.reshape(x.shape), grad_gamma, grad_beta
+
+
+# --------------------------------------------------------------------------- autograd
+
+
+class LayerNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, gamma, beta, eps, stable):
+        y, stats = layernorm_forward(x, gamma, beta, eps, stable, save_stats=True)
+        ctx.save_for_backward(x, gamma, *stats)
+        ctx.has_beta, ctx.eps, ctx.stable = beta is not None, eps, stable
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        x, gamma, mean, rstd, row_max = ctx.saved_tensors
+        grad_x, grad_gamma, grad_beta = layernorm_backward(
+            grad_y, x, gamma, ctx.has_beta, RowStats(mean, rstd, row_max), ctx.eps, ctx.stable
+        )
+        return grad_x, grad_gamma, grad_beta, None, None
+
+
+# ------------------------------------------------------------------------------ public
+
+
+def _check_inputs(op, x, gamma, beta, eps):
+    check_tensor(op, "x", x)
+    n_cols = x.shape[-1]
+    for name, param in (("gamma", gamma), ("beta", beta)):
+        if param is None:
+            continue
+        check_tensor(op, name, param)
+        check_same_device_and_dtype(op, x=x, **{name: param})
+        if param.shape != (n_cols,):
+            raise ValueError(
+                f"{op}: {name} must have shape (N,) with N = x.shape[-1] = {n_cols}; "
+                f"got {name} of shape {tuple(param.shape)} for x of shape {tuple(x.shape)}"
+            )
+    if n_cols == 0:
+        raise ValueError(f"{op}: the last dimension N of x must be at least 1, got x of shape {tuple(x.shape)}")
+    if not isinstance(eps, numbers.Real):
+        raise TypeError(f"{op}: eps must be a number, got {type(eps).__name__}")
+    if not eps >= 0:  # also catches NaN
+        raise ValueError(f"{op}: eps must be a non-negative number, got {eps}")
+    if n_cols > INT32_LIMIT // 2:  # the backward's partial rows hold dgamma and dbeta side by side
+        raise ValueError(f"{op}: N = {n_cols} is too large; at most {INT32_LIMIT // 2} is supported")
+    check_index_range(op, M=x.numel() // n_cols)
+
+
+def layernorm(x, gamma, beta=None, eps=1e-5, stable=False):
+    """LayerNorm over the last dimension with Triton kernels, differentiable in x, gamma, beta.
+
+    x: (..., N) float32, float16 or bfloat16, any strides. gamma, beta: (N,) of x's
+    dtype and device, or None for no scale or no shift. Statistics in float32 (biased
+    variance, as torch); returns x's shape and dtype. ``stable=True`` first divides each
+    row by its maximum, as the seed did (a row whose maximum is 0 gives NaN).
+    """
+    _check_inputs("layernorm", x, gamma, beta, eps)
+    eps, stable = float(eps), bool(stable)
+    tensors = (x, gamma, beta)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        return LayerNormFunction.apply(x, gamma, beta, eps, stable)
+    y, _ = layernorm_forward(x, gamma, beta, eps, stable, save_stats=False)  # inference saves nothing
+    return y
+
+
+class LayerNorm(nn.Module):
+    """A stand-in for ``torch.nn.LayerNorm`` over the last dimension, on course_lib's kernels.
+
+    Same arguments, parameters (``weight``, ``bias``) and state dict as torch's, plus
+    ``stable`` (the seed's division by the row maximum).
+    """
+
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True,
+                 device=None, dtype=None, stable=False):
+        super().__init__()
+        shape = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else tuple(normalized_shape)
+        if len(shape) != 1:
+            raise ValueError(
+                f"LayerNorm: normalizes over the last dimension only, so normalized_shape must be "
+                f"an int or a 1-tuple; got {normalized_shape!r}"
+            )
+        self.normalized_shape = shape
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        self.stable = stable
+        factory = {"device": device, "dtype": dtype}
+        def parameter(wanted):
+            return nn.Parameter(torch.empty(shape, **factory)) if wanted else None
+
+        self.register_parameter("weight", parameter(elementwise_affine))
+        self.register_parameter("bias", parameter(elementwise_affine and bias))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        if self.weight is not None:
+            nn.init.ones_(self.weight)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def forward(self, x):
+        check_tensor("LayerNorm", "x", x)
+        if x.shape[-1] != self.normalized_shape[0]:
+            raise ValueError(
+                f"LayerNorm: expected x of shape (..., {self.normalized_shape[0]}), got {tuple(x.shape)}"
+            )
+        return layernorm(x, self.weight, self.bias, self.eps, self.stable)
+
+    def extra_repr(self):
+        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
+                f"stable={self.stable}")

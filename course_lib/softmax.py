@@ -1,0 +1,393 @@
+"""Softmax over the last dimension, plain or causal: y = exp(x - max) / sum(exp(x - max)).
+
+Chapter 2. The causal version takes x of shape (..., n, n), one matrix of attention
+scores per leading index, and lets query row i see only keys j <= i: the keys above
+the diagonal are never read and their outputs are exactly 0. It is a rewrite of
+PaLM-pytorch's Triton causal softmax, whose mask ``col > row % n_cols`` silently
+assumed square input; here a non-square input is an error.
+
+A row whose every visible key is -inf (nothing to attend to) gives zeros and a zero
+gradient instead of NaN. A NaN among the visible keys still makes the row NaN.
+
+Read top to bottom: the Triton kernels (rows that fit in one block, then a looped
+online softmax for wider rows, each forward and backward), the host launchers that
+pick tiles and grids, the ``torch.autograd.Function``, and the public ``softmax``
+and ``causal_softmax``.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from .runtime import multiprocessor_count, num_warps_for
+from .validation import INT32_LIMIT, check_index_range, check_tensor, on_device_of
+
+# Causal loads fetch keys up to the diagonal rounded up to this many columns: a load
+# mask that is constant over aligned groups of 16 lets Triton issue 16-byte vector
+# loads. The few keys fetched past the diagonal are masked out in registers.
+FETCH_GROUP = tl.constexpr(16)
+
+# ---------------------------------------------------------------------------- kernels
+
+
+@triton.jit
+def _row_offsets(rows, rows_per_matrix, stride_matrix, stride_row):
+    """Offsets of ``rows`` in a (matrices, rows_per_matrix, columns) view, in 64 bits:
+    rows * stride can pass 2**31 on large inputs."""
+    matrix = tl.cast(rows // rows_per_matrix, tl.int64)
+    row_in_matrix = tl.cast(rows % rows_per_matrix, tl.int64)
+    return matrix * stride_matrix + row_in_matrix * stride_row
+
+
+@triton.jit
+def _key_masks(rows, cols, rows_per_matrix, n_cols, CAUSAL: tl.constexpr):
+    """(visible, fetch) for keys ``cols`` of query ``rows`` (broadcast against each
+    other): visible keys take part in the softmax, fetched keys are loaded. A causal
+    query row i sees keys 0..i; it fetches up to i rounded up to FETCH_GROUP."""
+    in_row = cols < n_cols
+    if CAUSAL:
+        query = rows % rows_per_matrix
+        fetch_end = (query + FETCH_GROUP) // FETCH_GROUP * FETCH_GROUP
+        return in_row & (cols <= query), in_row & (cols < fetch_end)
+    else:
+        return in_row, in_row
+
+
+@triton.jit
+def _key_end(row, rows_per_matrix, n_cols, CAUSAL: tl.constexpr):
+    """One past the last key that query ``row`` sees."""
+    if CAUSAL:
+        return row % rows_per_matrix + 1
+    else:
+        return n_cols
+
+
+@triton.jit
+def softmax_forward_kernel(
+    x_ptr, y_ptr,
+    n_rows, rows_per_matrix, n_cols,
+    stride_x_matrix, stride_x_row, stride_x_col, stride_y_row,
+    CAUSAL: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
+):
+    """One program normalises BLOCK_ROWS whole rows held in registers (n_cols <= BLOCK_COLS)."""
+    rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    cols = tl.arange(0, BLOCK_COLS)
+    row_mask = (rows < n_rows)[:, None]
+    visible, fetch = _key_masks(rows[:, None], cols[None, :], rows_per_matrix, n_cols, CAUSAL)
+    x_offsets = (_row_offsets(rows, rows_per_matrix, stride_x_matrix, stride_x_row)[:, None]
+                 + cols.to(tl.int64)[None, :] * stride_x_col)
+    # Masked-off lanes fetch nothing: of the upper triangle, only the keys that share
+    # a FETCH_GROUP with the diagonal are read.
+    x = tl.load(x_ptr + x_offsets, mask=row_mask & fetch, other=float("-inf"))
+    x = tl.where(visible, x.to(tl.float32), float("-inf"))
+
+    row_max = tl.max(x, axis=1)
+    # A row with no finite visible key has max -inf: shift by 0 instead, so that exp
+    # gives 0 rather than exp(-inf - -inf) = NaN; its sum is then 0, and dividing by
+    # 1 instead leaves the row all zeros.
+    shift = tl.where(row_max == float("-inf"), 0.0, row_max)
+    numerator = tl.exp(x - shift[:, None])
+    total = tl.sum(numerator, axis=1)
+    inverse_total = 1.0 / tl.where(total == 0.0, 1.0, total)
+    y = tl.where(visible, numerator * inverse_total[:, None], 0.0)
+    y_offsets = rows.to(tl.int64)[:, None] * stride_y_row + cols[None, :]
+    tl.store(y_ptr + y_offsets, y.to(y_ptr.dtype.element_ty), mask=row_mask & (cols < n_cols)[None, :])
+
+
+@triton.jit
+def softmax_backward_kernel(
+    y_ptr, grad_y_ptr, grad_x_ptr,
+    n_rows, rows_per_matrix, n_cols,
+    stride_y_row, stride_grad_y_matrix, stride_grad_y_row, stride_grad_y_col, stride_grad_x_row,
+    CAUSAL: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
+):
+    """grad_x = y * (grad_y - sum(y * grad_y)) for BLOCK_ROWS whole rows a program."""
+    rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    cols = tl.arange(0, BLOCK_COLS)
+    row_mask = (rows < n_rows)[:, None]
+    visible, fetch = _key_masks(rows[:, None], cols[None, :], rows_per_matrix, n_cols, CAUSAL)
+    rows64 = rows.to(tl.int64)[:, None]
+    y = tl.load(y_ptr + rows64 * stride_y_row + cols[None, :], mask=row_mask & fetch, other=0.0)
+    grad_y_offsets = (_row_offsets(rows, rows_per_matrix, stride_grad_y_matrix, stride_grad_y_row)[:, None]
+                      + cols.to(tl.int64)[None, :] * stride_grad_y_col)
+    grad_y = tl.load(grad_y_ptr + grad_y_offsets, mask=row_mask & fetch, other=0.0)
+    y = y.to(tl.float32)
+    # Fetched keys past the diagonal are dropped: grad_y there may hold anything.
+    grad_y = tl.where(visible, grad_y.to(tl.float32), 0.0)
+
+    dot = tl.sum(y * grad_y, axis=1)
+    grad_x = tl.where(visible, y * (grad_y - dot[:, None]), 0.0)
+    tl.store(grad_x_ptr + rows64 * stride_grad_x_row + cols[None, :], grad_x.to(grad_x_ptr.dtype.element_ty),
+             mask=row_mask & (cols < n_cols)[None, :])
+
+
+@triton.jit
+def softmax_forward_looped_kernel(
+    x_ptr, y_ptr,
+    n_rows, rows_per_matrix, n_cols,
+    stride_x_matrix, stride_x_row, stride_x_col, stride_y_row,
+    CAUSAL: tl.constexpr, BLOCK_COLS: tl.constexpr,
+):
+    """For rows wider than a block: each row in two passes over tiles.
+
+    Pass 1 is an online softmax: it keeps the running max and, per lane, a running
+    sum of exp(x - max), rescaling the sums whenever the max grows. Pass 2 writes
+    exp(x - max) / sum. A causal row stops at its diagonal; the tiles right of it
+    are never read, only filled with zeros. Programs take rows in turn (a persistent
+    grid, see looped_grid).
+    """
+    for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
+        x_row_ptr = x_ptr + _row_offsets(row, rows_per_matrix, stride_x_matrix, stride_x_row)
+        y_row_ptr = y_ptr + tl.cast(row, tl.int64) * stride_y_row
+        key_end = _key_end(row, rows_per_matrix, n_cols, CAUSAL)
+
+        running_max = tl.full((), float("-inf"), tl.float32)
+        sums = tl.zeros((BLOCK_COLS,), dtype=tl.float32)
+        for start in range(0, key_end, BLOCK_COLS):
+            cols = start + tl.arange(0, BLOCK_COLS)
+            visible, fetch = _key_masks(row, cols, rows_per_matrix, n_cols, CAUSAL)
+            # evict_last: pass 2 reads the row again, so keep it in L2 while it fits.
+            x = tl.load(x_row_ptr + cols.to(tl.int64) * stride_x_col, mask=fetch, other=float("-inf"),
+                        eviction_policy="evict_last")
+            x = tl.where(visible, x.to(tl.float32), float("-inf"))
+            new_max = tl.maximum(running_max, tl.max(x, axis=0))
+            shift = tl.where(new_max == float("-inf"), 0.0, new_max)  # no NaN, as in the one-block kernel
+            sums = sums * tl.exp(running_max - shift) + tl.exp(x - shift)
+            running_max = new_max
+        total = tl.sum(sums, axis=0)
+        shift = tl.where(running_max == float("-inf"), 0.0, running_max)
+        inverse_total = 1.0 / tl.where(total == 0.0, 1.0, total)
+
+        # Pass 2 walks the tiles last to first: the tiles pass 1 read last are the
+        # likeliest to be still in L2.
+        n_tiles = tl.cdiv(key_end, BLOCK_COLS)
+        for tile in range(0, n_tiles):
+            cols = (n_tiles - 1 - tile) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+            visible, fetch = _key_masks(row, cols, rows_per_matrix, n_cols, CAUSAL)
+            x = tl.load(x_row_ptr + cols.to(tl.int64) * stride_x_col, mask=fetch, other=float("-inf"),
+                        eviction_policy="evict_first")
+            x = tl.where(visible, x.to(tl.float32), float("-inf"))
+            y = tl.where(visible, tl.exp(x - shift) * inverse_total, 0.0)
+            tl.store(y_row_ptr + cols, y.to(y_ptr.dtype.element_ty), mask=cols < n_cols,
+                     eviction_policy="evict_first")
+        for start in range(n_tiles * BLOCK_COLS, n_cols, BLOCK_COLS):
+            cols = start + tl.arange(0, BLOCK_COLS)
+            tl.store(y_row_ptr + cols, tl.zeros((BLOCK_COLS,), y_ptr.dtype.element_ty), mask=cols < n_cols)
+
+
+@triton.jit
+def softmax_backward_looped_kernel(
+    y_ptr, grad_y_ptr, grad_x_ptr,
+    n_rows, rows_per_matrix, n_cols,
+    stride_y_row, stride_grad_y_matrix, stride_grad_y_row, stride_grad_y_col, stride_grad_x_row,
+    CAUSAL: tl.constexpr, BLOCK_COLS: tl.constexpr,
+):
+    """For rows wider than a block: pass 1 sums y * grad_y over tiles, pass 2 writes grad_x."""
+    for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
+        y_row_ptr = y_ptr + tl.cast(row, tl.int64) * stride_y_row
+        grad_y_row_ptr = grad_y_ptr + _row_offsets(row, rows_per_matrix, stride_grad_y_matrix, stride_grad_y_row)
+        grad_x_row_ptr = grad_x_ptr + tl.cast(row, tl.int64) * stride_grad_x_row
+        key_end = _key_end(row, rows_per_matrix, n_cols, CAUSAL)
+
+        partial_dots = tl.zeros((BLOCK_COLS,), dtype=tl.float32)
+        for start in range(0, key_end, BLOCK_COLS):
+            cols = start + tl.arange(0, BLOCK_COLS)
+            visible, fetch = _key_masks(row, cols, rows_per_matrix, n_cols, CAUSAL)
+            y = tl.load(y_row_ptr + cols, mask=fetch, other=0.0, eviction_policy="evict_last")
+            grad_y = tl.load(grad_y_row_ptr + cols.to(tl.int64) * stride_grad_y_col, mask=fetch, other=0.0,
+                             eviction_policy="evict_last")
+            partial_dots += tl.where(visible, y.to(tl.float32) * grad_y.to(tl.float32), 0.0)
+        dot = tl.sum(partial_dots, axis=0)
+
+        n_tiles = tl.cdiv(key_end, BLOCK_COLS)
+        for tile in range(0, n_tiles):  # last to first, as in the forward
+            cols = (n_tiles - 1 - tile) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+            visible, fetch = _key_masks(row, cols, rows_per_matrix, n_cols, CAUSAL)
+            y = tl.load(y_row_ptr + cols, mask=fetch, other=0.0, eviction_policy="evict_first")
+            grad_y = tl.load(grad_y_row_ptr + cols.to(tl.int64) * stride_grad_y_col, mask=fetch, other=0.0,
+                             eviction_policy="evict_first")
+            grad_x = tl.where(visible, y.to(tl.float32) * (grad_y.to(tl.float32) - dot), 0.0)
+            tl.store(grad_x_row_ptr + cols, grad_x.to(grad_x_ptr.dtype.element_ty), mask=cols < n_cols,
+                     eviction_policy="evict_first")
+        for start in range(n_tiles * BLOCK_COLS, n_cols, BLOCK_COLS):
+            cols = start + tl.arange(0, BLOCK_COLS)
+            tl.store(grad_x_row_ptr + cols, tl.zeros((BLOCK_COLS,), grad_x_ptr.dtype.element_ty),
+                     mask=cols < n_cols)
+
+
+# -------------------------------------------------------------------------- launchers
+
+# Rows up to this many columns are held whole in registers, one block a row; wider
+# rows take the looped kernels. At 8 warps that is 32 values a thread.
+SINGLE_BLOCK_MAX_COLS = 8192
+# Programs of the looped kernels a multiprocessor; see looped_grid.
+LOOPED_PROGRAMS_PER_SM = 2
+
+
+def _tiles(n_cols, element_size):
+    """(BLOCK_ROWS, BLOCK_COLS, num_warps), the same for the forward and the backward.
+
+    From benchmarks/tune_softmax.py on an H200:
+    * rows up to SINGLE_BLOCK_MAX_COLS sit whole in one block, one row a program
+      once rows reach 1024 values (short rows share a program); about 1024 values a
+      warp, but at least 4 warps in float32 and 2 in 16-bit types;
+    * wider rows loop over tiles of a quarter of the row, at most 16384 values, with
+      a warp for every 256 values (up to 32).
+    """
+    if n_cols > SINGLE_BLOCK_MAX_COLS:
+        block_cols = min(16384, triton.next_power_of_2(n_cols) // 4)
+        return 1, block_cols, min(32, block_cols // 256)
+    block_cols = triton.next_power_of_2(n_cols)
+    block_rows = max(1, 1024 // block_cols)
+    min_warps = 4 if element_size == 4 else 2
+    return block_rows, block_cols, max(min_warps, min(16, block_rows * block_cols // 1024))
+
+
+def forward_tiles(n_cols, element_size):
+    """(BLOCK_ROWS, BLOCK_COLS, num_warps) for the forward kernels.
+
+    BLOCK_COLS >= n_cols selects the one-block kernel; a narrower BLOCK_COLS selects
+    the looped kernel, which works on one row at a time (BLOCK_ROWS = 1).
+    """
+    return _tiles(n_cols, element_size)
+
+
+def backward_tiles(n_cols, element_size):
+    """(BLOCK_ROWS, BLOCK_COLS, num_warps) for the backward kernels, as forward_tiles."""
+    return _tiles(n_cols, element_size)
+
+
+def looped_grid(n_rows):
+    """Grid of the looped kernels: a few programs a multiprocessor, each taking rows in
+    turn. Pass 2 of a row re-reads what pass 1 read; with few rows in flight, more of
+    it is still in L2 (50 MB on an H100) and need not come from memory again."""
+    return (min(n_rows, LOOPED_PROGRAMS_PER_SM * multiprocessor_count()),)
+
+
+def _as_matrices(x):
+    """View x of shape (..., N) as (matrices, rows a matrix, N), copying only when the
+    leading dimensions cannot be merged. Keeping the last two dimensions apart lets
+    kernels read any strides there, a transposed matrix included, without a copy."""
+    rows_per_matrix = x.shape[-2] if x.ndim >= 2 else 1
+    return x.reshape(-1, rows_per_matrix, x.shape[-1])
+
+
+def _check_index_headroom(n_rows, n_cols, block_rows, block_cols):
+    """Kernels count rows and columns in 32 bits, up to one tile past the end."""
+    for name, size, tile in (("rows", n_rows, block_rows), ("columns", n_cols, block_cols)):
+        if size > INT32_LIMIT - tile:
+            raise ValueError(
+                f"softmax: {size} {name} are too many for 32-bit indices with tiles of "
+                f"{block_rows} x {block_cols}; at most {INT32_LIMIT - tile}"
+            )
+
+
+def softmax_forward(x, causal, tiles=None):
+    """Launch a forward kernel; ``tiles`` overrides (BLOCK_ROWS, BLOCK_COLS, num_warps)."""
+    if x.numel() == 0:
+        return torch.empty(x.shape, device=x.device, dtype=x.dtype)
+    x3d = _as_matrices(x)
+    n_matrices, rows_per_matrix, n_cols = x3d.shape
+    n_rows = n_matrices * rows_per_matrix
+    block_rows, block_cols, num_warps = tiles or forward_tiles(n_cols, x.element_size())
+    _check_index_headroom(n_rows, n_cols, block_rows, block_cols)
+    y = torch.empty(x.shape, device=x.device, dtype=x.dtype)
+    y2d = y.view(n_rows, n_cols)
+    strides = (*x3d.stride(), y2d.stride(0))
+    with on_device_of(x):
+        if block_cols >= n_cols:
+            softmax_forward_kernel[(triton.cdiv(n_rows, block_rows),)](
+                x3d, y2d, n_rows, rows_per_matrix, n_cols, *strides,
+                CAUSAL=causal, BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, num_warps=num_warps,
+            )
+        else:
+            assert block_rows == 1, "the looped kernels work on one row at a time"
+            softmax_forward_looped_kernel[looped_grid(n_rows)](
+                x3d, y2d, n_rows, rows_per_matrix, n_cols, *strides,
+                CAUSAL=causal, BLOCK_COLS=block_cols, num_warps=num_warps,
+            )
+    return y
+
+
+def softmax_backward(y, grad_y, causal, tiles=None):
+    """Launch a backward kernel: grad_x from the forward's output y and grad_y (any strides)."""
+    if y.numel() == 0:
+        return torch.empty(y.shape, device=y.device, dtype=y.dtype)
+    grad_y3d = _as_matrices(grad_y)
+    n_matrices, rows_per_matrix, n_cols = grad_y3d.shape
+    n_rows = n_matrices * rows_per_matrix
+    block_rows, block_cols, num_warps = tiles or backward_tiles(n_cols, y.element_size())
+    _check_index_headroom(n_rows, n_cols, block_rows, block_cols)
+    y2d = y.reshape(n_rows, n_cols)  # the forward wrote y row-major: a view
+    grad_x = torch.empty(y.shape, device=y.device, dtype=y.dtype)
+    grad_x2d = grad_x.view(n_rows, n_cols)
+    strides = (y2d.stride(0), *grad_y3d.stride(), grad_x2d.stride(0))
+    with on_device_of(y):
+        if block_cols >= n_cols:
+            softmax_backward_kernel[(triton.cdiv(n_rows, block_rows),)](
+                y2d, grad_y3d, grad_x2d, n_rows, rows_per_matrix, n_cols, *strides,
+                CAUSAL=causal, BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, num_warps=num_warps,
+            )
+        else:
+            assert block_rows == 1, "the looped kernels work on one row at a time"
+            softmax_backward_looped_kernel[looped_grid(n_rows)](
+                y2d, grad_y3d, grad_x2d, n_rows, rows_per_matrix, n_cols, *strides,
+                CAUSAL=causal, BLOCK_COLS=block_cols, num_warps=num_warps,
+            )
+    return grad_x
+
+
+# --------------------------------------------------------------------------- autograd
+
+
+class SoftmaxFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, causal):
+        y = softmax_forward(x, causal)
+        ctx.save_for_backward(y)
+        ctx.causal = causal
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        (y,) = ctx.saved_tensors
+        return softmax_backward(y, grad_y, ctx.causal), None
+
+
+# ------------------------------------------------------------------------------ public
+
+
+def _check_input(op, x, causal):
+    if not isinstance(causal, bool):
+        raise TypeError(f"{op}: causal must be True or False, got {causal!r}")
+    check_tensor(op, "x", x, min_ndim=2 if causal else 1)
+    if causal and x.shape[-1] != x.shape[-2]:
+        raise ValueError(
+            f"{op}: a causal mask needs square matrices in the last two dimensions, (..., n, n); "
+            f"got x of shape {tuple(x.shape)}"
+        )
+    n_cols = x.shape[-1]
+    check_index_range(op, columns=n_cols, rows=x.numel() // n_cols if n_cols else 0)
+
+
+def softmax(x, causal=False):
+    """``torch.softmax(x, -1)`` with Triton kernels, differentiable.
+
+    x: (..., N) float32, float16 or bfloat16, any strides. With ``causal=True``, x is
+    (..., n, n) and row i sees only columns j <= i, as in :func:`causal_softmax`.
+    Computes in float32 and returns x's shape and dtype. A row whose every visible
+    entry is -inf gives zeros (and a zero gradient) instead of NaN.
+    """
+    op = "causal_softmax" if causal is True else "softmax"
+    _check_input(op, x, causal)
+    return SoftmaxFunction.apply(x, causal)
+
+
+def causal_softmax(x):
+    """Softmax of attention scores x (..., n, n) where query i sees keys j <= i.
+
+    Entries above the diagonal (j > i) take no part and come out exactly 0. They are
+    not read either, apart from the few next to the diagonal that share its 16-element
+    load (FETCH_GROUP).
+    """
+    return softmax(x, causal=True)

@@ -1,0 +1,460 @@
+import importlib
+
+import pytest
+import torch
+
+from conftest import DTYPES, TOLERANCES, assert_matches, gpu_only, poison_cached_memory
+from course_lib import references
+from course_lib.layernorm import (
+    BackwardConfig,
+    LayerNorm,
+    Tiles,
+    backward_config,
+    forward_tiles,
+    layernorm,
+    layernorm_forward,
+)
+from course_lib.runtime import DEVICE
+
+# The module itself, even where course_lib also exports a function named layernorm.
+layernorm_module = importlib.import_module("course_lib.layernorm")
+
+WIDTHS = [1, 2, 3, 17, 100, 1000]
+LEADING = [(), (3,), (2, 3)]
+
+
+def random_rows(shape, dtype, n_peaks=1):
+    """Random rows whose largest value, 1 above the rest, sits at ``n_peaks`` random places.
+
+    With one peak the maximum is unique, so stable=True's gradient meets no ties. The
+    gap also keeps every row's spread, and so rstd, moderate: a near-constant row would
+    amplify float32 rounding by its large rstd.
+    """
+    x = torch.randn(shape, device=DEVICE)
+    lead, n_cols = shape[:-1], shape[-1]
+    peaks = torch.rand(*lead, n_cols, device=DEVICE).argsort(dim=-1)[..., :n_peaks]
+    top = x.amax(dim=-1, keepdim=True) + 1
+    x.scatter_(-1, peaks, top.expand(*lead, n_peaks))
+    return x.to(dtype)
+
+
+def random_params(n_cols, dtype, with_gamma=True, with_beta=True):
+    gamma = torch.randn(n_cols, device=DEVICE, dtype=dtype) if with_gamma else None
+    beta = torch.randn(n_cols, device=DEVICE, dtype=dtype) if with_beta else None
+    return gamma, beta
+
+
+def leaf(t):
+    return None if t is None else t.detach().requires_grad_()
+
+
+def check_forward_and_backward(x, gamma, beta, dtype, eps=1e-5, stable=False):
+    """Run the kernels; compare y, dx, dgamma, dbeta with float64 autograd through the reference."""
+    x, gamma, beta = leaf(x), leaf(gamma), leaf(beta)
+    poison_cached_memory(3 * x.numel() * x.element_size())
+    y = layernorm(x, gamma, beta, eps=eps, stable=stable)
+    grad_y = torch.randn_like(y)
+    y.backward(grad_y)
+
+    x64, gamma64, beta64 = (leaf(t.double()) if t is not None else None for t in (x, gamma, beta))
+    y64 = references.layernorm(x64, gamma64, beta64, eps=eps, stable=stable)
+    y64.backward(grad_y.double())
+
+    n_rows = x.numel() // x.shape[-1]
+    assert_matches(y, y64.detach(), dtype, what="y")
+    assert_matches(x.grad, x64.grad, dtype, what="dx")
+    if gamma is not None:
+        assert_matches(gamma.grad, gamma64.grad, dtype, length=n_rows, what="dgamma")
+    if beta is not None:
+        assert_matches(beta.grad, beta64.grad, dtype, length=n_rows, what="dbeta")
+
+
+def use_looped_kernels(monkeypatch):
+    """Tiles of 16 columns: rows wider than 16 take the looped forward and two-stage backward, even on a CPU."""
+    tiles = Tiles(block_rows=2, block_cols=16, num_warps=4, num_stages=2)
+    monkeypatch.setattr(layernorm_module, "forward_tiles", lambda n_cols, element_size: tiles)
+    monkeypatch.setattr(
+        layernorm_module, "backward_config", lambda n_cols, element_size: BackwardConfig(tiles, 8, tiles)
+    )
+
+
+@pytest.mark.parametrize("stable", [False, True], ids=["plain", "stable"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("lead", LEADING, ids=str)
+@pytest.mark.parametrize("width", WIDTHS)
+def test_matches_reference(width, lead, dtype, stable):
+    x = random_rows((*lead, width), dtype)
+    check_forward_and_backward(x, *random_params(width, dtype), dtype, stable=stable)
+
+
+@pytest.mark.parametrize("stable", [False, True], ids=["plain", "stable"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(300, 40), (130, 300)], ids=str)
+def test_many_rows_split_between_programs(shape, dtype, stable):
+    # Several persistent programs, each looping over rows: several partial rows to add.
+    x = random_rows(shape, dtype)
+    check_forward_and_backward(x, *random_params(shape[-1], dtype), dtype, stable=stable)
+
+
+@pytest.mark.parametrize("stable", [False, True], ids=["plain", "stable"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(3, 17), (2, 3, 100), (4, 300), (40, 33)], ids=str)
+def test_looped_kernels_match_reference(shape, dtype, stable, monkeypatch):
+    use_looped_kernels(monkeypatch)
+    x = random_rows(shape, dtype)
+    check_forward_and_backward(x, *random_params(shape[-1], dtype), dtype, stable=stable)
+
+
+@pytest.mark.parametrize("looped", [False, True], ids=["single", "looped"])
+@pytest.mark.parametrize("stable", [False, True], ids=["plain", "stable"])
+@pytest.mark.parametrize("with_gamma", [True, False], ids=["gamma", "no-gamma"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_without_beta_or_gamma(dtype, with_gamma, stable, looped, monkeypatch):
+    if looped:
+        use_looped_kernels(monkeypatch)
+    x = random_rows((7, 45), dtype)
+    check_forward_and_backward(x, *random_params(45, dtype, with_gamma, with_beta=False), dtype, stable=stable)
+    if not with_gamma:  # a shift alone
+        check_forward_and_backward(x, *random_params(45, dtype, False, True), dtype, stable=stable)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # eps = 0: 1 / sqrt(0) on the padding rows
+@pytest.mark.parametrize("looped", [False, True], ids=["single", "looped"])
+@pytest.mark.parametrize("stable", [False, True], ids=["plain", "stable"])
+@pytest.mark.parametrize("eps", [0.0, 1e-3, 0.5, 10.0])
+def test_eps(eps, stable, looped, monkeypatch):
+    # A large eps makes the stable gradient's term for the maximum large too.
+    if looped:
+        use_looped_kernels(monkeypatch)
+    x = random_rows((6, 37), torch.float32)
+    check_forward_and_backward(x, *random_params(37, torch.float32), torch.float32, eps=eps, stable=stable)
+
+
+@pytest.mark.parametrize("looped", [False, True], ids=["single", "looped"])
+@pytest.mark.parametrize("n_peaks", [2, 3])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_stable_ties_share_the_gradient_of_the_maximum_like_autograd(dtype, n_peaks, looped, monkeypatch):
+    if looped:
+        use_looped_kernels(monkeypatch)
+    x = random_rows((5, 40), dtype, n_peaks=n_peaks)
+    check_forward_and_backward(x, *random_params(40, dtype), dtype, eps=0.5, stable=True)
+
+
+@pytest.mark.parametrize("looped", [False, True], ids=["single", "looped"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_stable_with_negative_maximum_divides_anyway_like_the_seed(dtype, looped, monkeypatch):
+    if looped:
+        use_looped_kernels(monkeypatch)
+    x = random_rows((4, 30), torch.float32)
+    x = (x - x.amax(dim=-1, keepdim=True) - 1).to(dtype)  # every row's maximum is -1
+    check_forward_and_backward(x, *random_params(30, dtype), dtype, eps=0.1, stable=True)
+
+
+@pytest.mark.parametrize("width", [1, 3, 100])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_stable_centres_constant_rows_to_exactly_zero(dtype, width):
+    # z = x / max(x) is exactly 1 throughout a constant row (a row of width 1 is one),
+    # so y is exactly beta and dgamma exactly 0: a centred value one ulp off would be
+    # multiplied by rstd = 1 / sqrt(eps) = 316. Rows of other constants, some negative,
+    # held whole by the default tiles.
+    x = leaf((torch.randn(6, 1, device=DEVICE) * 10).repeat(1, width).to(dtype))
+    gamma, beta = (leaf(t) for t in random_params(width, dtype))
+    y = layernorm(x, gamma, beta, stable=True)
+    y.backward(torch.randn_like(y))
+    assert torch.equal(y, beta.expand_as(y))
+    assert torch.equal(gamma.grad, torch.zeros_like(gamma))
+    if width == 1:  # y does not depend on x at all
+        assert torch.equal(x.grad, torch.zeros_like(x))
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the interpreter's numpy sees 0 / 0
+@pytest.mark.parametrize("looped", [False, True], ids=["single", "looped"])
+def test_stable_with_zero_maximum_gives_nan_like_the_seed(looped, monkeypatch):
+    if looped:
+        use_looped_kernels(monkeypatch)
+    x = -torch.rand(3, 20, device=DEVICE)
+    x[:, 4] = 0.0
+    gamma, beta = random_params(20, torch.float32)
+    assert references.layernorm(x, gamma, beta, stable=True).isnan().all()
+    assert layernorm(x, gamma, beta, stable=True).isnan().all()
+
+
+@pytest.mark.parametrize("looped", [False, True], ids=["single", "looped"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_any_strides(dtype, looped, monkeypatch):
+    if looped:
+        use_looped_kernels(monkeypatch)
+    base = random_rows((30, 50), dtype)
+    transposed = base.t()  # (50, 30), column-major
+    check_forward_and_backward(transposed, *random_params(30, dtype), dtype, stable=True)
+    every_other = base[::2, 1::3]  # row stride 100, column stride 3
+    gamma = torch.randn(2 * every_other.shape[1], device=DEVICE, dtype=dtype)[::2]
+    beta = torch.randn(3 * every_other.shape[1], device=DEVICE, dtype=dtype)[::3]
+    check_forward_and_backward(every_other, gamma, beta, dtype)
+    permuted = random_rows((6, 5, 19), dtype).permute(2, 0, 1)  # (19, 6, 5): not viewable as 2-D
+    check_forward_and_backward(permuted, *random_params(5, dtype), dtype)
+    broadcast_gamma = torch.randn(1, device=DEVICE, dtype=dtype).expand(50)  # stride 0
+    check_forward_and_backward(base, broadcast_gamma, None, dtype)
+
+
+def test_gradient_through_sum_has_stride_zero_grad():
+    x = random_rows((9, 33), torch.float32).requires_grad_()
+    gamma = torch.randn(33, device=DEVICE, requires_grad=True)
+    beta = torch.randn(33, device=DEVICE, requires_grad=True)
+    layernorm(x, gamma, beta).sum().backward()  # grad_y arrives expanded, stride 0
+    x64 = x.detach().double().requires_grad_()
+    references.layernorm(x64, gamma.detach().double(), beta.detach().double()).sum().backward()
+    torch.testing.assert_close(x.grad.double(), x64.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(beta.grad, torch.full_like(beta, 9.0))
+
+
+def test_forward_tiles_override_picks_the_looped_kernel():
+    x = random_rows((5, 100), torch.float32)
+    gamma, beta = random_params(100, torch.float32)
+    whole, whole_stats = layernorm_forward(x, gamma, beta, 1e-5, True, save_stats=True)
+    looped, looped_stats = layernorm_forward(
+        x, gamma, beta, 1e-5, True, save_stats=True, tiles=Tiles(1, 32, 4)
+    )
+    torch.testing.assert_close(looped, whole)
+    for a, b in zip(looped_stats, whole_stats):
+        torch.testing.assert_close(a, b)
+
+
+def saved_by(fn):
+    """Run fn and return the tensors autograd saves while it runs."""
+    saved = []
+
+    def pack(tensor):
+        saved.append(tensor)
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        fn()
+    return saved
+
+
+@pytest.mark.parametrize("stable", [False, True], ids=["plain", "stable"])
+def test_training_saves_only_row_statistics_besides_the_inputs(stable):
+    x = random_rows((6, 40), torch.float32).requires_grad_()
+    gamma, beta = (leaf(t) for t in random_params(40, torch.float32))
+    saved = saved_by(lambda: layernorm(x, gamma, beta, stable=stable))
+    inputs = [t for t in saved if t.shape != (6,)]
+    row_stats = [t for t in saved if t.shape == (6,)]
+    assert [t.data_ptr() for t in inputs] == [x.data_ptr(), gamma.data_ptr()]
+    assert len(row_stats) == (3 if stable else 2)  # mean, rstd (and the row maximum)
+    assert all(t.dtype == torch.float32 for t in row_stats)
+
+
+def test_inference_saves_nothing():
+    x = random_rows((6, 40), torch.float32)
+    gamma, beta = (leaf(t) for t in random_params(40, torch.float32))
+    with torch.no_grad():
+        assert saved_by(lambda: layernorm(x.requires_grad_(), gamma, beta)) == []
+        y = layernorm(x, gamma, beta)
+    assert y.grad_fn is None
+    assert saved_by(lambda: layernorm(x.detach(), gamma.detach(), None)) == []
+    torch.testing.assert_close(y, layernorm(x, gamma, beta).detach())
+
+
+def test_empty_rows():
+    x = torch.randn(0, 8, device=DEVICE, requires_grad=True)
+    gamma, beta = (leaf(t) for t in random_params(8, torch.float32))
+    y = layernorm(x, gamma, beta)
+    assert y.shape == (0, 8)
+    y.sum().backward()
+    assert x.grad.shape == (0, 8)
+    assert torch.all(gamma.grad == 0) and torch.all(beta.grad == 0)
+
+
+@pytest.mark.parametrize("n_cols", [1, 2, 3, 17, 100, 1024, 4096, 8192, 16384, 32768, 2**17])
+@pytest.mark.parametrize("element_size", [2, 4])
+def test_tiles_are_powers_of_two(n_cols, element_size):
+    config = backward_config(n_cols, element_size)
+    for tiles in (forward_tiles(n_cols, element_size), config.tiles, config.dx_tiles or config.tiles):
+        for value in (tiles.block_rows, tiles.block_cols, tiles.num_warps):
+            assert value >= 1 and value & (value - 1) == 0
+        assert tiles.num_stages >= 1
+    assert config.programs_per_sm >= 1
+    if n_cols <= 8192:  # rows this wide sit whole in registers
+        assert forward_tiles(n_cols, element_size).block_cols >= n_cols
+        assert config.tiles.block_cols >= n_cols
+
+
+@pytest.mark.parametrize("n_cols", [1, 2, 16, 100, 1024, 4096, 8192, 2**17])
+@pytest.mark.parametrize("element_size", [2, 4])
+def test_backward_pipeline_fits_the_shared_memory_of_every_supported_gpu(n_cols, element_size):
+    # Pipelining num_stages deep keeps num_stages - 1 more tiles of x and of dy, and of
+    # each row's float32 mean, rstd and maximum, in shared memory; L4 and RTX GPUs give
+    # a program 99 KiB.
+    tiles = backward_config(n_cols, element_size).tiles
+    bytes_a_row = 2 * tiles.block_cols * element_size + 3 * 4
+    assert (tiles.num_stages - 1) * tiles.block_rows * bytes_a_row <= 99 * 1024
+
+
+# --------------------------------------------------------------------------- module
+
+
+@pytest.mark.parametrize(
+    "affine, bias", [(True, True), (True, False), (False, True)], ids=["affine", "no-bias", "no-affine"]
+)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_module_stands_in_for_torch_layernorm(dtype, affine, bias):
+    n_cols = 48
+    theirs = torch.nn.LayerNorm(n_cols, eps=1e-4, elementwise_affine=affine, bias=bias, device=DEVICE, dtype=dtype)
+    ours = LayerNorm(n_cols, eps=1e-4, elementwise_affine=affine, bias=bias, device=DEVICE, dtype=dtype)
+    with torch.no_grad():
+        for p in theirs.parameters():
+            p.normal_()
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    ours.load_state_dict(theirs.state_dict())
+    theirs.load_state_dict(ours.state_dict())
+    assert (ours.bias is None) == (not affine or not bias)
+
+    x = random_rows((4, 5, n_cols), dtype)
+    x_ours, x_theirs = leaf(x), leaf(x)
+    y_ours, y_theirs = ours(x_ours), theirs(x_theirs)
+    grad_y = torch.randn_like(y_ours)
+    y_ours.backward(grad_y)
+    y_theirs.backward(grad_y)
+
+    # Both round to dtype: allow two roundings.
+    rtol, atol = (2 * t for t in TOLERANCES[dtype])
+    torch.testing.assert_close(y_ours, y_theirs, rtol=rtol, atol=atol)
+    torch.testing.assert_close(x_ours.grad, x_theirs.grad, rtol=rtol, atol=atol)
+    for p_ours, p_theirs in zip(ours.parameters(), theirs.parameters()):
+        torch.testing.assert_close(p_ours.grad, p_theirs.grad, rtol=rtol, atol=atol * 20 ** 0.5)
+
+
+def test_module_accepts_a_one_element_shape_and_has_torch_defaults():
+    module = LayerNorm([8])
+    assert module.normalized_shape == (8,)
+    assert torch.equal(module.weight, torch.ones(8)) and torch.equal(module.bias, torch.zeros(8))
+    assert module.eps == 1e-5 and "stable=False" in repr(module)
+
+
+# ------------------------------------------------------------------------ bad input
+
+
+def test_rejects_non_tensor():
+    with pytest.raises(TypeError, match="x must be a torch.Tensor, got list"):
+        layernorm([[1.0]], torch.ones(1, device=DEVICE))
+    with pytest.raises(TypeError, match="gamma must be a torch.Tensor, got list"):
+        layernorm(torch.ones(2, 1, device=DEVICE), [1.0])
+
+
+@pytest.mark.parametrize("name", ["gamma", "beta"])
+def test_rejects_wrong_parameter_shape(name):
+    x = torch.randn(3, 4, device=DEVICE)
+    for bad_shape in [(5,), (1, 4)]:
+        params = {"gamma": torch.ones(4, device=DEVICE), "beta": torch.zeros(4, device=DEVICE)}
+        params[name] = torch.ones(bad_shape, device=DEVICE)
+        with pytest.raises(ValueError, match=rf"{name} must have shape \(N,\) with N = x.shape\[-1\] = 4"):
+            layernorm(x, params["gamma"], params["beta"])
+
+
+@pytest.mark.parametrize("name", ["gamma", "beta"])
+def test_rejects_parameter_of_another_dtype(name):
+    x = torch.randn(3, 4, device=DEVICE)
+    params = {"gamma": torch.ones(4, device=DEVICE), "beta": torch.zeros(4, device=DEVICE)}
+    params[name] = params[name].half()
+    with pytest.raises(TypeError, match=f"{name} has dtype torch.float16 but x has torch.float32"):
+        layernorm(x, params["gamma"], params["beta"])
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.int32])
+def test_rejects_unsupported_dtype(dtype):
+    with pytest.raises(TypeError, match="accepted: float32, float16, bfloat16"):
+        layernorm(torch.ones(3, 4, device=DEVICE, dtype=dtype), torch.ones(4, device=DEVICE, dtype=dtype))
+
+
+def test_rejects_wrong_device():
+    with pytest.raises(ValueError, match=r"x is on meta, but kernels here run on .*move it with"):
+        layernorm(torch.empty(3, 4, device="meta"), torch.empty(4, device="meta"))
+
+
+def test_rejects_scalar_x():
+    with pytest.raises(ValueError, match="x must have at least 1 dimension"):
+        layernorm(torch.tensor(1.0, device=DEVICE), None)
+
+
+def test_rejects_empty_last_dimension():
+    with pytest.raises(ValueError, match="last dimension N of x must be at least 1"):
+        layernorm(torch.randn(3, 0, device=DEVICE), torch.randn(0, device=DEVICE))
+
+
+@pytest.mark.parametrize("eps", [-1e-5, float("nan")])
+def test_rejects_negative_eps(eps):
+    with pytest.raises(ValueError, match="eps must be a non-negative number"):
+        layernorm(torch.randn(3, 4, device=DEVICE), None, eps=eps)
+
+
+def test_rejects_eps_that_is_not_a_number():
+    with pytest.raises(TypeError, match="eps must be a number, got str"):
+        layernorm(torch.randn(3, 4, device=DEVICE), None, eps="1e-5")
+
+
+def test_rejects_rows_too_wide_for_the_partial_sums():
+    huge = torch.zeros(1, 1, device=DEVICE).expand(1, 2**30)  # no memory behind it
+    with pytest.raises(ValueError, match="N = 1073741824 is too large"):
+        layernorm(huge, None)
+
+
+def test_rejects_more_rows_than_int32():
+    huge = torch.zeros(1, 1, device=DEVICE).expand(2**31, 1)  # no memory behind it
+    with pytest.raises(ValueError, match="M = 2147483648 is too large"):
+        layernorm(huge, None)
+
+
+def test_module_rejects_several_normalized_dimensions():
+    with pytest.raises(ValueError, match="normalizes over the last dimension only"):
+        LayerNorm((4, 8))
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_module_rejects_input_of_another_width(affine):
+    with pytest.raises(ValueError, match=r"expected x of shape \(\.\.\., 8\), got \(3, 5\)"):
+        LayerNorm(8, elementwise_affine=affine, device=DEVICE)(torch.randn(3, 5, device=DEVICE))
+
+
+# ------------------------------------------------------------------------- GPU only
+
+
+@gpu_only
+@pytest.mark.parametrize("n_cols", [1024, 20000])  # one block a row, and the looped kernels
+@pytest.mark.parametrize("stable", [False, True], ids=["plain", "stable"])
+def test_grad_gamma_and_grad_beta_are_bitwise_deterministic(n_cols, stable):
+    n_rows = 2**24 // n_cols + 3
+    # float32 results: no rounding to hide a difference in the last bits of the sums.
+    x = random_rows((n_rows, n_cols), torch.float32).requires_grad_()
+    gamma, beta = (leaf(t) for t in random_params(n_cols, torch.float32))
+    grad_y = torch.randn_like(x)
+    y = layernorm(x, gamma, beta, stable=stable)
+    runs = [torch.autograd.grad(y, (x, gamma, beta), grad_y, retain_graph=True) for _ in range(5)]
+    for run in runs[1:]:
+        for got, first in zip(run, runs[0]):
+            assert torch.equal(got, first)
+
+
+@gpu_only
+@pytest.mark.parametrize("stable", [False, True], ids=["plain", "stable"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_wide_rows(dtype, stable):
+    x = random_rows((5, 2**17), dtype)
+    check_forward_and_backward(x, *random_params(2**17, dtype), dtype, stable=stable)
+
+
+@gpu_only
+def test_offsets_past_int32():
+    # 2**21 + 3 rows of 1024 bfloat16: the last rows start past element 2**31.
+    n_rows, n_cols = 2**21 + 3, 1024
+    x = torch.randn(n_rows, n_cols, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    gamma, beta = (leaf(t) for t in random_params(n_cols, torch.bfloat16))
+    y = layernorm(x, gamma, beta)
+    grad_y = torch.randn_like(y)
+    (grad_x,) = torch.autograd.grad(y, x, grad_y)
+    tail = slice(n_rows - 4, n_rows)
+    x64 = leaf(x[tail].double())
+    y64 = references.layernorm(x64, gamma.detach().double(), beta.detach().double())
+    y64.backward(grad_y[tail].double())
+    assert_matches(y[tail], y64.detach(), torch.bfloat16, what="y")
+    assert_matches(grad_x[tail], x64.grad, torch.bfloat16, what="dx")
