@@ -329,8 +329,9 @@ def check_column_partial_sums(column_partial_sums):
         got = run_student_code(name, column_partial_sums, x, n_programs)
         x64 = x.double()
         expected = torch.stack([x64[start:start + rows_per_program].sum(0) for start in starts])
-        if isinstance(got, torch.Tensor) and got.shape == expected.shape and not got.isnan().any() and not torch.allclose(
-                got.detach().double().sum(0).cpu(), x64.sum(0).cpu(), rtol=1e-4, atol=1e-4, equal_nan=False):
+        comparable = isinstance(got, torch.Tensor) and got.shape == expected.shape and not got.isnan().any()
+        if comparable and not torch.allclose(got.detach().double().sum(0).cpu(), x64.sum(0).cpu(),
+                                             rtol=1e-4, atol=1e-4):
             hint = ("\n  hint: the partial rows do not add up to x.sum(0): some rows are counted twice or not at "
                     "all. Program p must stop at its own last row, min((p + 1) * rows_per_program, n_rows), and "
                     "mask the rows of its last tile with it, not only with n_rows.")
