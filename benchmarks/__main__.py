@@ -8,9 +8,14 @@ import argparse
 
 from course_lib.benchmarking import copy_bandwidth_gbps, require_gpu, write_results
 
-from . import bench_layernorm, bench_softmax, bench_weighted_sum
+from . import bench_coor_descent, bench_layernorm, bench_softmax, bench_weighted_sum
 
-MODULES = {"weighted_sum": bench_weighted_sum, "softmax": bench_softmax, "layernorm": bench_layernorm}
+MODULES = {
+    "weighted_sum": bench_weighted_sum,
+    "softmax": bench_softmax,
+    "layernorm": bench_layernorm,
+    "coor_descent": bench_coor_descent,
+}
 
 
 def print_rows(rows):
@@ -24,8 +29,9 @@ def print_rows(rows):
             f"x{by_key[kernel, pass_, dtype, shape, other]['ms'] / r['ms']:.2f}"
             for other in ("torch", "torch.compile")
         )
+        memory = f" | peak extra {r['peak_extra_bytes'] / 2**20:.0f} MiB" if "peak_extra_bytes" in r else ""
         print(f"{kernel:>14} {pass_} {dtype:>8} {str(list(shape)):>18} {r['ms'] * 1e3:9.1f} us "
-              f"{r['frac_of_copy']:.2f} C {others}", flush=True)
+              f"{r['frac_of_copy']:.2f} C {others}{memory}", flush=True)
 
 
 def main():

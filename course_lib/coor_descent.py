@@ -1,0 +1,643 @@
+"""Coordinate descent for CoLT5's router: a smoothed top-k over the last dimension.
+
+Chapter 4. A rebuild of CoLT5-attention's ``triton_coor_descent``, with the same
+signature and the semantics of its PyTorch ``coor_descent`` (``references.coor_descent``).
+Given scores s (..., n) and a budget k, the router iterates, with eps falling from
+eps_init to eps by eps_decay (ε-scaling),
+
+    a = eps_t * (log k - logsumexp((s + b) / eps_t)),    b = -relu(s + a),
+
+and returns y = exp((s + a + b) / eps_final): near 1 for about the k largest scores of a
+row, near 0 elsewhere, summing to about k.
+
+The reformulation
+-----------------
+Since b = -relu(s + a), s + b = s - relu(s + a) = min(s, -a). Once a is known, so is
+b: the state of a row is one scalar. With a_t the value after iteration t,
+
+    a_1     = eps_0 * (log k - log n_valid)         (b = -s at the start: s + b = 0)
+    a_{t+1} = eps_t * log k - eps_t * LSE_j(min(s_j, -a_t) / eps_t)          t >= 1
+    y_j     = exp(min(s_j + a_T, 0) / eps_T)
+
+where LSE runs over the unmasked j and n_valid counts them. The seed kept b, a whole
+row, per checkpoint; here the forward saves a_1 .. a_T (rows x n_iters scalars) and the
+backward replays the recurrence from them.
+
+The backward, by reverse mode through the scalar recurrence (PyTorch's relu'(0) = 0,
+so at a tie s_j = -a_t the min counts as taking s_j):
+
+    output:     dw_j = dy_j * y_j / eps_T * [s_j + a_T <= 0];   ds_j = dw_j;   g_T = sum_j dw_j
+    step t = T-1 .. 1, with g_{t+1} the gradient reaching a_{t+1}:
+                p_j = softmax_j(min(s, -a_t) / eps_t)
+                    = exp((min(s_j, -a_t) + a_{t+1}) / eps_t - log k)   (no sum: the
+                      saved a_{t+1} already holds the normaliser)
+                ds_j  -= g_{t+1} * p_j * [s_j <= -a_t]       (where the min took s_j)
+                g_t    = g_{t+1} * sum_j p_j * [s_j > -a_t]  (where it took -a_t)
+                dlogk += g_{t+1} * eps_t
+    step 0:     dlogk += g_1 * eps_0                         (a_1 does not depend on s)
+
+One pass over the row per iteration, so the backward is linear in n_iters; the seed
+replays each segment from its start for every step, quadratic. Masked positions take
+no part and get exactly 0 in y and ds. ``checkpoint_segments`` is accepted for
+compatibility and has no effect: there is nothing left to checkpoint.
+
+Precision
+---------
+y divides s + a by eps, so an error in a of one float32 rounding (6e-8 |a|) becomes
+6e-8 |a| / eps in y: 4e-6 for |a| = 2, eps = 0.03, as much as PyTorch's own float32
+run loses. So a, a scalar per row, is kept in float64, and the elementwise work, all
+float32, is done relative to a frame f: min(s, -a) = f + min(s - f, c), with f the
+float32 number nearest to -a (or the row max, if lower) and c = -a - f, tiny. Only
+small differences get rounded. The row max also keeps the exponentials from
+underflowing when a whole row lies far below -a.
+
+Filling the GPU
+---------------
+A row of up to ROW_BLOCK_MAX columns is one program that reads s once, keeps it in
+registers through every iteration and writes y once. Longer rows, or few long rows,
+are split across programs, one tile each. In the forward each iteration needs a sum
+over the whole row: every program publishes its tile's part with the iteration's
+number in one 64-bit word, waits until all tiles of its row have published, and adds
+them up in a fixed order (so all tiles get the same a, and runs repeat bit for bit).
+On a GPU one launch runs every iteration, all programs resident at once; the
+interpreter runs programs one after another, so there each step is a launch of its
+own (as on a GPU when a row has more tiles than there are multiprocessors). In the
+backward the sums do not depend on the gradient flowing back, so a first kernel
+computes every tile's part of the sums of all iterations, and a second writes ds.
+
+Read top to bottom: the Triton kernels, the host launchers that pick tiles and grids,
+the ``torch.autograd.Function``, and the public ``coor_descent``.
+"""
+
+import functools
+import math
+import numbers
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+from .runtime import ON_GPU, multiprocessor_count
+from .validation import check_index_range, check_tensor, on_device_of
+
+LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
+NO_SCORE = tl.constexpr(float("-inf"))  # masked columns and columns past the row's end
+
+# ---------------------------------------------------------------------------- kernels
+
+
+@triton.jit
+def _load_scores(s_ptr, mask_ptr, row, cols, n_cols, stride_s_row, stride_s_col,
+                 stride_mask_row, stride_mask_col, HAS_MASK: tl.constexpr):
+    """One tile of a row in float32, -inf where masked or past the end: exp gives 0 there."""
+    row64 = tl.cast(row, tl.int64)
+    cols64 = cols.to(tl.int64)
+    keep = cols < n_cols
+    if HAS_MASK:
+        mask = tl.load(mask_ptr + row64 * stride_mask_row + cols64 * stride_mask_col, mask=keep, other=0)
+        keep = keep & (mask != 0)
+    s = tl.load(s_ptr + row64 * stride_s_row + cols64 * stride_s_col, mask=keep, other=NO_SCORE)
+    return s.to(tl.float32)
+
+
+@triton.jit
+def _frame(row_max, a):
+    """(f, c) with min(s, -a) = f + min(s - f, c): f = min(row max, -a) in float32, and
+    c = -a - f, tiny when f is -a rounded. Every exponent min(s - f, c) is at most
+    about 0, and the row max's is about 0, so a sum of exponentials neither overflows
+    nor underflows. (A fully masked row: f = 0.)"""
+    f = tl.minimum(row_max, (-a).to(tl.float32))
+    f = tl.where(row_max == NO_SCORE, 0.0, f)
+    return f, (-a - f).to(tl.float32)
+
+
+@triton.jit
+def _shifted_scores(s, a):
+    """s + a for a float64 scalar a, accurate where it is near 0: (s - f) + (a + f)."""
+    f = (-a).to(tl.float32)
+    return (s - f) + (a + f).to(tl.float32)
+
+
+@triton.jit
+def _tile_part(s, row_max, a, eps_ptr, phase):
+    """This tile's part of a phase's row reduction. Phase 0: the max. Phase 1
+    (iteration 0, where s + b = 0): the count of unmasked columns. Phase t + 1: the sum
+    of exp((min(s, -a_t) - f) / eps_t), f from _frame."""
+    if phase == 0:
+        part = tl.max(s, axis=0)
+    elif phase == 1:
+        part = tl.sum((s != NO_SCORE).to(tl.float32), axis=0)
+    else:
+        f, c = _frame(row_max, a)
+        scale = (1.0 / tl.load(eps_ptr + phase - 1) * LOG2E).to(tl.float32)
+        part = tl.sum(tl.exp2(tl.minimum(s - f, c) * scale), axis=0)
+    return part
+
+
+@triton.jit
+def _next_a(total, row_max, a, eps, logk, first):
+    """a after an iteration, in float64, from the row's total of _tile_part."""
+    # float64 log: eps * (its float32 rounding) would be as large as the error we avoid.
+    nothing = total == 0.0  # a fully masked row
+    lse = eps * tl.log(tl.where(nothing, 1.0, total).to(tl.float64))
+    if not first:
+        f, _ = _frame(row_max, a)
+        lse += f
+    # Nothing unmasked: a = 0 keeps the row finite; its y is 0 anyway.
+    return tl.where(nothing, 0.0, eps * logk - lse)
+
+
+@triton.jit
+def _publish(slot_ptr, value, tag):
+    """Write ``value`` with ``tag`` in one 64-bit word: a reader sees both or neither."""
+    bits = value.to(tl.uint32, bitcast=True).to(tl.int64)  # unsigned: zero-extended
+    tl.atomic_xchg(slot_ptr, (tl.cast(tag, tl.int64) << 32) | bits)
+
+
+@triton.jit
+def _gather(slots_ptr, tag, n_tiles, take_max, TILES_BLOCK: tl.constexpr):
+    """Wait until every tile of the row has published ``tag``, then combine the parts,
+    always in the same order: their max, or their sum."""
+    tiles = tl.arange(0, TILES_BLOCK)
+    present = tiles < n_tiles
+    words = tl.load(slots_ptr + tiles, mask=present, other=0, volatile=True)
+    while tl.sum(((words >> 32) == tag).to(tl.int32), axis=0) < n_tiles:
+        words = tl.load(slots_ptr + tiles, mask=present, other=0, volatile=True)
+    parts = words.to(tl.uint32).to(tl.float32, bitcast=True)  # the low 32 bits
+    if take_max:
+        total = tl.max(tl.where(present, parts, NO_SCORE), axis=0)
+    else:
+        total = tl.sum(tl.where(present, parts, 0.0), axis=0)
+    return total
+
+
+@triton.jit(do_not_specialize=["n_iters", "first_step", "last_step"])
+def coor_descent_forward_kernel(
+    s_ptr, mask_ptr, logk_ptr, eps_ptr, a_ptr, row_max_ptr, y_ptr, slots_ptr,
+    n_rows, n_cols, n_iters, logk_value, first_step, last_step,
+    stride_s_row, stride_s_col, stride_mask_row, stride_mask_col, stride_y_row,
+    HAS_MASK: tl.constexpr, LOGK_PER_ROW: tl.constexpr, SPLIT: tl.constexpr,
+    BLOCK: tl.constexpr, TILES_BLOCK: tl.constexpr,
+):
+    """Program (r, c) holds tile c of rows r, r + num_programs(0), ... in registers.
+
+    A row takes n_iters + 2 steps. Step p combines phase p - 1 (p > 0): the row max, or
+    iteration p - 2 into a_{p-1}; then computes this tile's part of phase p
+    (p <= n_iters); the last step writes y. A launch runs steps [first_step, last_step):
+    all of them, or one (see the module doc), reading the row's state, its max and a,
+    back from memory when it starts mid-way.
+
+    Split rows (SPLIT) exchange parts through ``slots`` (rows, 2, tiles): phase q's slot
+    is reused by phase q + 2, which no tile can publish before every tile has read
+    phase q + 1, hence after it has read phase q.
+    """
+    tile = tl.program_id(1)
+    n_tiles = tl.num_programs(1)
+    cols = tile * BLOCK + tl.arange(0, BLOCK)
+    for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
+        s = _load_scores(s_ptr, mask_ptr, row, cols, n_cols, stride_s_row, stride_s_col,
+                         stride_mask_row, stride_mask_col, HAS_MASK)
+        if LOGK_PER_ROW:
+            logk = tl.load(logk_ptr + row)
+        else:
+            logk = logk_value
+        row64 = tl.cast(row, tl.int64)
+        a_row = a_ptr + row64 * n_iters
+        row_max = tl.max(s, axis=0)
+        a = tl.full((), 0.0, tl.float64)
+        if first_step >= 2:
+            row_max = tl.load(row_max_ptr + row)
+        if first_step >= 3:
+            a = tl.load(a_row + first_step - 3)
+        part = row_max
+        for step in range(first_step, last_step):
+            if step > 0:
+                phase = step - 1
+                if SPLIT:
+                    slots = slots_ptr + (row64 * 2 + phase % 2) * n_tiles
+                    total = _gather(slots, phase + 1, n_tiles, phase == 0, TILES_BLOCK)
+                else:
+                    total = part
+                if phase == 0:
+                    row_max = total
+                    tl.store(row_max_ptr + row, row_max, mask=tile == 0)
+                else:
+                    a = _next_a(total, row_max, a, tl.load(eps_ptr + phase - 1), logk, phase == 1)
+                    tl.store(a_row + phase - 1, a, mask=tile == 0)
+            if step <= n_iters:
+                part = _tile_part(s, row_max, a, eps_ptr, step)
+                if SPLIT:
+                    _publish(slots_ptr + (row64 * 2 + step % 2) * n_tiles + tile, part, step + 1)
+        if last_step == n_iters + 2:
+            scale = (1.0 / tl.load(eps_ptr + n_iters) * LOG2E).to(tl.float32)
+            y = tl.exp2(tl.minimum(_shifted_scores(s, a), 0.0) * scale)
+            tl.store(y_ptr + row64 * stride_y_row + cols, y.to(y_ptr.dtype.element_ty), mask=cols < n_cols)
+
+
+@triton.jit
+def _output_grad(s, dy, a_last, eps_last):
+    """dw = dy * dy/dw for y = exp(min(w, 0) / eps_T), w = s + a_T; 0 where masked."""
+    w = _shifted_scores(s, a_last)
+    inverse_eps = (1.0 / eps_last).to(tl.float32)
+    y = tl.exp2(tl.minimum(w, 0.0) * (inverse_eps * LOG2E))
+    return tl.where((w <= 0.0) & (s != NO_SCORE), dy * y * inverse_eps, 0.0)
+
+
+@triton.jit
+def _step_probabilities(s, row_max, a_t, a_next, eps_t, logk):
+    """(p, takes_s) of iteration t: p = softmax(min(s, -a_t) / eps_t), from the saved
+    a_{t+1} instead of a sum; takes_s where the min took s_j (masked columns: p = 0)."""
+    f, c = _frame(row_max, a_t)
+    scale = (1.0 / eps_t * LOG2E).to(tl.float32)
+    offset = (((f + a_next) / eps_t - logk) * LOG2E).to(tl.float32)
+    above_f = s - f
+    p = tl.exp2(tl.minimum(above_f, c) * scale + offset)
+    return p, above_f <= c
+
+
+@triton.jit(do_not_specialize=["n_iters"])
+def coor_descent_backward_partials_kernel(
+    s_ptr, mask_ptr, dy_ptr, logk_ptr, eps_ptr, a_ptr, row_max_ptr, partials_ptr,
+    n_cols, n_iters, logk_value,
+    stride_s_row, stride_s_col, stride_mask_row, stride_mask_col, stride_dy_row, stride_dy_col,
+    HAS_MASK: tl.constexpr, LOGK_PER_ROW: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """For split rows: tile c's parts of the backward's sums, partials[row, t, c]:
+    t = 0 holds sum_j dw_j, t >= 1 the mass sum_j p_j [s_j > -a_t] of iteration t.
+    None of them depends on the gradient flowing back, so all come from one pass."""
+    row = tl.program_id(0)
+    tile = tl.program_id(1)
+    n_tiles = tl.num_programs(1)
+    cols = tile * BLOCK + tl.arange(0, BLOCK)
+    s = _load_scores(s_ptr, mask_ptr, row, cols, n_cols, stride_s_row, stride_s_col,
+                     stride_mask_row, stride_mask_col, HAS_MASK)
+    row64 = tl.cast(row, tl.int64)
+    dy = tl.load(dy_ptr + row64 * stride_dy_row + cols.to(tl.int64) * stride_dy_col, mask=cols < n_cols, other=0.0)
+    if LOGK_PER_ROW:
+        logk = tl.load(logk_ptr + row)
+    else:
+        logk = logk_value
+    row_max = tl.load(row_max_ptr + row)
+    a_row = a_ptr + row64 * n_iters
+    out = partials_ptr + row64 * n_iters * n_tiles + tile
+    dw = _output_grad(s, dy.to(tl.float32), tl.load(a_row + n_iters - 1), tl.load(eps_ptr + n_iters))
+    # dy has either sign: the sum cancels, so it is added up in float64.
+    tl.store(out, tl.sum(dw.to(tl.float64), axis=0))
+    for t in range(1, n_iters):
+        p, takes_s = _step_probabilities(s, row_max, tl.load(a_row + t - 1), tl.load(a_row + t),
+                                         tl.load(eps_ptr + t), logk)
+        tl.store(out + t * n_tiles, tl.sum(tl.where(takes_s, 0.0, p), axis=0))
+
+
+@triton.jit(do_not_specialize=["n_iters"])
+def coor_descent_backward_kernel(
+    s_ptr, mask_ptr, dy_ptr, logk_ptr, eps_ptr, a_ptr, row_max_ptr, sums_ptr, ds_ptr, dlogk_ptr,
+    n_cols, n_iters, logk_value,
+    stride_s_row, stride_s_col, stride_mask_row, stride_mask_col, stride_dy_row, stride_dy_col, stride_ds_row,
+    HAS_MASK: tl.constexpr, LOGK_PER_ROW: tl.constexpr, SPLIT: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """Program (r, c) writes ds for tile c of row r, walking the iterations backwards.
+
+    A whole row in one tile computes its sums itself; a split row reads them from
+    ``sums`` (rows, n_iters), the partials added up over tiles. Tile 0 writes dlogk.
+    """
+    row = tl.program_id(0)
+    tile = tl.program_id(1)
+    cols = tile * BLOCK + tl.arange(0, BLOCK)
+    s = _load_scores(s_ptr, mask_ptr, row, cols, n_cols, stride_s_row, stride_s_col,
+                     stride_mask_row, stride_mask_col, HAS_MASK)
+    row64 = tl.cast(row, tl.int64)
+    dy = tl.load(dy_ptr + row64 * stride_dy_row + cols.to(tl.int64) * stride_dy_col, mask=cols < n_cols, other=0.0)
+    if LOGK_PER_ROW:
+        logk = tl.load(logk_ptr + row)
+    else:
+        logk = logk_value
+    row_max = tl.load(row_max_ptr + row)
+    a_row = a_ptr + row64 * n_iters
+
+    ds = _output_grad(s, dy.to(tl.float32), tl.load(a_row + n_iters - 1), tl.load(eps_ptr + n_iters))
+    if SPLIT:
+        grad_a = tl.load(sums_ptr + row64 * n_iters)
+    else:
+        grad_a = tl.sum(ds.to(tl.float64), axis=0)  # float64: see the partials kernel
+    dlogk = tl.full((), 0.0, tl.float64)
+    for i in range(1, n_iters):
+        t = n_iters - i
+        eps_t = tl.load(eps_ptr + t)
+        p, takes_s = _step_probabilities(s, row_max, tl.load(a_row + t - 1), tl.load(a_row + t), eps_t, logk)
+        ds = tl.where(takes_s, ds - grad_a.to(tl.float32) * p, ds)
+        if SPLIT:
+            mass = tl.load(sums_ptr + row64 * n_iters + t)
+        else:
+            mass = tl.sum(tl.where(takes_s, 0.0, p), axis=0)
+        dlogk += grad_a * eps_t
+        grad_a = grad_a * mass
+    dlogk += grad_a * tl.load(eps_ptr)
+    ds = tl.where(s != NO_SCORE, ds, 0.0)  # exactly 0 where masked, whatever dy holds
+    tl.store(ds_ptr + row64 * stride_ds_row + cols, ds.to(ds_ptr.dtype.element_ty), mask=cols < n_cols)
+    tl.store(dlogk_ptr + row, dlogk.to(tl.float32), mask=tile == 0)
+
+
+# -------------------------------------------------------------------------- launchers
+
+# Rows up to this many columns are one program each, held in registers (32 float32
+# values a thread at 16 warps); longer rows are split into tiles.
+ROW_BLOCK_MAX = 16384
+# When few rows leave multiprocessors idle, split rows down to tiles of this many
+# columns so that every multiprocessor gets one.
+SPLIT_TILE_MIN = 4096
+# The backward holds s and ds: whole rows up to this many columns, longer ones in
+# tiles of BACKWARD_SPLIT_TILE.
+BACKWARD_ROW_BLOCK_MAX = 16384
+BACKWARD_SPLIT_TILE = 4096
+# Elements a warp: 16 a thread leaves enough work between two reductions to hide them.
+ELEMENTS_PER_WARP = 512
+
+
+class ForwardPlan(NamedTuple):
+    block: int  # columns a program holds: the whole row, or one tile of it
+    tiles: int  # programs a row is split across
+    row_programs: int  # programs along the rows; each takes rows in turn
+    num_warps: int
+    single_launch: bool  # all steps in one launch (split rows then wait on each other)
+
+
+class BackwardPlan(NamedTuple):
+    block: int
+    tiles: int
+    num_warps: int
+
+
+# Host-side integer helpers: triton.cdiv and triton.next_power_of_2 also work inside
+# kernels, and cost about 2 us a call on the host (triton 3.7), more than all else here.
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def _next_power_of_2(n):
+    return 1 << (n - 1).bit_length()
+
+
+def warps_for(block):
+    return max(1, min(16, block // ELEMENTS_PER_WARP))
+
+
+def forward_plan(n_rows, n_cols):
+    """Whole rows in registers when they fit; otherwise tiles, more of them when there
+    are too few rows to give each multiprocessor a program.
+
+    Split rows wait on each other, so a single launch needs every program resident at
+    once: at most one a multiprocessor. More tiles than that, or the interpreter (which
+    runs programs one after another), take one launch a step.
+    """
+    if n_cols <= ROW_BLOCK_MAX:
+        block = _next_power_of_2(n_cols)
+        return ForwardPlan(block, 1, n_rows, warps_for(block), True)
+    sms = multiprocessor_count()
+    tiles = max(_cdiv(n_cols, ROW_BLOCK_MAX), min(sms // n_rows, _cdiv(n_cols, SPLIT_TILE_MIN)))
+    block = _next_power_of_2(_cdiv(n_cols, tiles))
+    tiles = _cdiv(n_cols, block)
+    single_launch = ON_GPU and tiles <= sms
+    row_programs = min(n_rows, max(1, sms // tiles)) if single_launch else n_rows
+    return ForwardPlan(block, tiles, row_programs, warps_for(block), single_launch)
+
+
+def backward_plan(n_rows, n_cols):
+    """Whole rows when they fit in registers, else tiles of BACKWARD_SPLIT_TILE."""
+    block = _next_power_of_2(n_cols) if n_cols <= BACKWARD_ROW_BLOCK_MAX else BACKWARD_SPLIT_TILE
+    return BackwardPlan(block, _cdiv(n_cols, block), warps_for(block))
+
+
+@functools.lru_cache(maxsize=64)
+def eps_schedule(n_iters, eps, eps_init, eps_decay, device):
+    """eps of iterations 0 .. n_iters-1, then the final one that y divides by: float64
+    on the device, computed once for each setting."""
+    current = max(eps if eps_init is None else eps_init, eps)
+    values = []
+    for _ in range(n_iters + 1):
+        values.append(current)
+        current = max(current * eps_decay, eps)
+    return torch.tensor(values, dtype=torch.float64, device=device)
+
+
+def _logk_args(logk):
+    """(tensor or None, scalar, per row?) for the kernels' logk arguments."""
+    if isinstance(logk, torch.Tensor):
+        return logk, 0.0, True
+    return None, float(logk), False
+
+
+def coor_descent_forward(s2d, mask2d, logk, schedule, plan=None):
+    """Launch the forward; return y (rows, n) in s's dtype, a (rows, n_iters) float64
+    with a[:, t] = a_{t+1}, and the row maxima (rows,) float32.
+
+    ``logk`` is a float or a float32 tensor (rows,); ``mask2d`` a uint8 view or None.
+    """
+    n_rows, n_cols = s2d.shape
+    n_iters = schedule.numel() - 1
+    y = torch.empty((n_rows, n_cols), device=s2d.device, dtype=s2d.dtype)
+    a = torch.empty((n_rows, n_iters), device=s2d.device, dtype=torch.float64)
+    row_max = torch.empty(n_rows, device=s2d.device, dtype=torch.float32)
+    if n_rows == 0:
+        return y, a, row_max
+    plan = plan or forward_plan(n_rows, n_cols)
+    split = plan.tiles > 1
+    if split and plan.single_launch and not (ON_GPU and plan.tiles * plan.row_programs <= multiprocessor_count()):
+        raise ValueError(
+            f"coor_descent: {plan} would hang: split rows in one launch wait on each other, so all "
+            f"{plan.tiles * plan.row_programs} programs must run at once, at most one a multiprocessor "
+            f"({multiprocessor_count()}), and not in the interpreter, which runs them one after another"
+        )
+    # Tags start at 1, so zeros mean "nothing published yet". Whole rows need no slots.
+    slots = torch.zeros((n_rows, 2, plan.tiles), device=s2d.device, dtype=torch.int64) if split else None
+    logk_tensor, logk_value, per_row = _logk_args(logk)
+    mask_strides = mask2d.stride() if mask2d is not None else (0, 0)
+
+    def launch(row_programs, first_step, last_step):
+        coor_descent_forward_kernel[(row_programs, plan.tiles)](
+            s2d, mask2d, logk_tensor, schedule, a, row_max, y, slots,
+            n_rows, n_cols, n_iters, logk_value, first_step, last_step,
+            *s2d.stride(), *mask_strides, y.stride(0),
+            HAS_MASK=mask2d is not None, LOGK_PER_ROW=per_row, SPLIT=split,
+            BLOCK=plan.block, TILES_BLOCK=_next_power_of_2(plan.tiles), num_warps=plan.num_warps,
+        )
+
+    n_steps = n_iters + 2
+    with on_device_of(s2d):
+        if plan.single_launch or not split:
+            launch(plan.row_programs, 0, n_steps)
+        else:
+            for step in range(n_steps):
+                launch(n_rows, step, step + 1)
+    return y, a, row_max
+
+
+def coor_descent_backward(s2d, mask2d, logk, schedule, a, row_max, dy2d, plan=None):
+    """Launch the backward; return ds (rows, n) in s's dtype and dlogk (rows,) float32."""
+    n_rows, n_cols = s2d.shape
+    n_iters = schedule.numel() - 1
+    ds = torch.empty((n_rows, n_cols), device=s2d.device, dtype=s2d.dtype)
+    dlogk = torch.empty(n_rows, device=s2d.device, dtype=torch.float32)
+    if n_rows == 0:
+        return ds, dlogk
+    plan = plan or backward_plan(n_rows, n_cols)
+    split = plan.tiles > 1
+    logk_tensor, logk_value, per_row = _logk_args(logk)
+    mask_strides = mask2d.stride() if mask2d is not None else (0, 0)
+    common = dict(HAS_MASK=mask2d is not None, LOGK_PER_ROW=per_row, BLOCK=plan.block, num_warps=plan.num_warps)
+    grid = (n_rows, plan.tiles)
+    with on_device_of(s2d):
+        if split:
+            partials = torch.empty((n_rows, n_iters, plan.tiles), device=s2d.device, dtype=torch.float64)
+            coor_descent_backward_partials_kernel[grid](
+                s2d, mask2d, dy2d, logk_tensor, schedule, a, row_max, partials,
+                n_cols, n_iters, logk_value, *s2d.stride(), *mask_strides, *dy2d.stride(), **common,
+            )
+            sums = partials.sum(dim=-1)  # in a fixed order: the same sums on every run
+        else:
+            sums = None  # whole rows compute their own sums
+        coor_descent_backward_kernel[grid](
+            s2d, mask2d, dy2d, logk_tensor, schedule, a, row_max, sums, ds, dlogk,
+            n_cols, n_iters, logk_value, *s2d.stride(), *mask_strides, *dy2d.stride(), ds.stride(0),
+            SPLIT=split, **common,
+        )
+    return ds, dlogk
+
+
+# --------------------------------------------------------------------------- autograd
+
+
+def _as_rows(s, mask):
+    """(s, mask) viewed as (rows, n), copying only when the strides do not allow a view;
+    the mask as uint8, which the kernels load as bytes."""
+    s2d = s.reshape(-1, s.shape[-1])
+    return s2d, None if mask is None else mask.reshape(s2d.shape).view(torch.uint8)
+
+
+def _forward(s, logk, mask, schedule):
+    """(y of s's shape, a, row max): the forward for any leading dimensions.
+    ``logk``: a float, or a float32 tensor (rows,) when k is per row."""
+    s2d, mask2d = _as_rows(s, mask)
+    y, a, row_max = coor_descent_forward(s2d, mask2d, logk, schedule)
+    return y.reshape(s.shape), a, row_max
+
+
+class CoorDescentFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, s, logk, mask, schedule):
+        y, a, row_max = _forward(s, logk, mask, schedule)
+        logk_tensor = logk if isinstance(logk, torch.Tensor) else None
+        ctx.save_for_backward(s, mask, logk_tensor, schedule, a, row_max)
+        ctx.logk_value = None if logk_tensor is not None else logk
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        s, mask, logk_tensor, schedule, a, row_max = ctx.saved_tensors
+        s2d, mask2d = _as_rows(s, mask)
+        logk = logk_tensor if logk_tensor is not None else ctx.logk_value
+        ds, dlogk = coor_descent_backward(s2d, mask2d, logk, schedule, a, row_max, dy.reshape(s2d.shape))
+        return ds.reshape(s.shape), (dlogk if logk_tensor is not None else None), None, None
+
+
+# ------------------------------------------------------------------------------ public
+
+K_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16,
+            torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+
+
+# type() in (...) first: isinstance against the numbers ABCs costs a microsecond a call.
+def _check_count(op, name, value):
+    if type(value) is not int and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+        raise TypeError(f"{op}: {name} must be an int, got {type(value).__name__} {value!r}")
+    if value < 1:
+        raise ValueError(f"{op}: {name} must be at least 1, got {value}")
+
+
+def _check_positive(op, name, value):
+    if type(value) not in (float, int) and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+        raise TypeError(f"{op}: {name} must be a number, got {type(value).__name__} {value!r}")
+    if not (0 < value < math.inf):
+        raise ValueError(f"{op}: {name} must be positive and finite, got {value}")
+
+
+def _check_same_device(op, name, tensor, s):
+    if tensor.device != s.device:
+        raise ValueError(f"{op}: {name} is on {tensor.device} but s is on {s.device}; put them on the same device")
+
+
+def _check_k(op, k, s):
+    n_cols, leading = s.shape[-1], s.shape[:-1]
+    in_range = f"0 < k <= n, the row length ({n_cols})"
+    if isinstance(k, torch.Tensor):
+        check_tensor(op, "k", k, dtypes=K_DTYPES, min_ndim=0)
+        _check_same_device(op, "k", k, s)
+        try:
+            fits = torch.broadcast_shapes(k.shape, leading) == leading
+        except RuntimeError:
+            fits = False
+        if not fits:
+            raise ValueError(
+                f"{op}: k must be a number or a tensor of shape s.shape[:-1] = {tuple(leading)} "
+                f"(or one that broadcasts to it); got k of shape {tuple(k.shape)}"
+            )
+        # One read of k back to the host: a per-row k is checked at the cost of a sync.
+        if k.numel() and not bool(((k > 0) & (k <= n_cols)).all()):
+            raise ValueError(f"{op}: every k must satisfy {in_range}; k holds values outside it")
+    elif type(k) in (float, int) or (isinstance(k, numbers.Real) and not isinstance(k, bool)):
+        if not (0 < k <= n_cols):
+            raise ValueError(f"{op}: k must satisfy {in_range}; got k = {k}")
+    else:
+        raise TypeError(f"{op}: k must be a number or a torch.Tensor, got {type(k).__name__}")
+
+
+def _check_inputs(op, s, n_iters, k, eps, eps_init, eps_decay, mask, checkpoint_segments):
+    check_tensor(op, "s", s)
+    if s.shape[-1] == 0:
+        raise ValueError(f"{op}: the last dimension of s must be at least 1, got s of shape {tuple(s.shape)}")
+    check_index_range(op, columns=s.shape[-1], rows=s.numel() // s.shape[-1])
+    _check_count(op, "n_iters", n_iters)
+    _check_count(op, "checkpoint_segments", checkpoint_segments)
+    _check_positive(op, "eps", eps)
+    if eps_init is not None:
+        _check_positive(op, "eps_init", eps_init)
+    _check_positive(op, "eps_decay", eps_decay)
+    if mask is not None:
+        check_tensor(op, "mask", mask, dtypes=(torch.bool,))
+        _check_same_device(op, "mask", mask, s)
+        if mask.shape != s.shape:
+            raise ValueError(
+                f"{op}: mask must have the shape of s, {tuple(s.shape)}; got {tuple(mask.shape)}"
+            )
+    _check_k(op, k, s)
+
+
+def coor_descent(s, *, n_iters, k, eps=0.1, eps_init=None, eps_decay=1.0, mask=None, checkpoint_segments=1):
+    """CoLT5's coordinate descent with Triton kernels: a drop-in for ``triton_coor_descent``.
+
+    s: (..., n) float32, float16 or bfloat16, any strides; computes in float32 and
+    returns y of s's shape and dtype, differentiable in s and in k.
+    k: the budget, a number or a tensor broadcasting to s.shape[:-1] (one per row; any
+    real dtype, differentiable when it requires grad), with 0 < k <= n. A row with fewer
+    than k unmasked scores has no y summing to k: its y rises towards 1 on every unmasked
+    position, and a fully masked row gives zeros. Checking tensor k reads it back to the
+    host once.
+    eps, eps_init, eps_decay: ε-scaling, eps falling from max(eps_init, eps) by eps_decay
+    each iteration, never below eps. mask: bool of s's shape, True where a score counts;
+    y and the gradient are exactly 0 elsewhere.
+    checkpoint_segments: accepted for compatibility, no effect: the forward saves one
+    scalar per row per iteration and the backward needs nothing more.
+    """
+    op = "coor_descent"
+    _check_inputs(op, s, n_iters, k, eps, eps_init, eps_decay, mask, checkpoint_segments)
+    schedule = eps_schedule(int(n_iters), float(eps), None if eps_init is None else float(eps_init),
+                            float(eps_decay), s.device)
+    if isinstance(k, torch.Tensor):
+        rows = s.numel() // s.shape[-1]
+        logk = torch.log(k.float().clamp(min=1e-20)).expand(s.shape[:-1]).reshape(rows).contiguous()
+    else:
+        logk = math.log(max(float(k), 1e-20))
+    if torch.is_grad_enabled() and (s.requires_grad or getattr(logk, "requires_grad", False)):
+        return CoorDescentFunction.apply(s, logk, mask, schedule)
+    return _forward(s, logk, mask, schedule)[0]  # no gradient wanted: skip autograd's bookkeeping
