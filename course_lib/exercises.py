@@ -4,6 +4,8 @@ several shapes, compares with the references, prints one line starting
 saying what is wrong and where.
 """
 
+import math
+
 import torch
 
 from . import references
@@ -390,8 +392,6 @@ def check_grad_through_row_max(grad_through_row_max):
 
 
 # ------------------------------------------------------ chapter 4: coordinate descent
-
-import math  # noqa: E402  (chapter 4's checkers take log k)
 
 
 def _step_reference64(s, a, logk, eps):
