@@ -6,6 +6,7 @@ BIN := $(VENV)/bin
 LATEST_VENV := .venv-triton-latest
 SUBMISSIONS ?= submissions
 NOTEBOOKS := $(wildcard notebooks/*.ipynb)
+PYTEST := -p no:cacheprovider
 PYTEST_NBVAL := --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg --nbval-cell-timeout 600
 
 .PHONY: test test-unit test-notebooks test-triton-latest book student grade benchmarks gpu-wheels gpu-run clean
@@ -26,18 +27,18 @@ $(LATEST_VENV)/.installed: requirements-triton-latest.txt pyproject.toml
 	touch $@
 
 test: $(BIN)/.installed
-	$(BIN)/python -m pytest tests $(NOTEBOOKS) $(PYTEST_NBVAL)
+	$(BIN)/python -m pytest $(PYTEST) tests $(NOTEBOOKS) $(PYTEST_NBVAL)
 
 test-unit: $(BIN)/.installed
-	$(BIN)/python -m pytest tests -m "not notebook_exec"
+	$(BIN)/python -m pytest $(PYTEST) tests -m "not notebook_exec"
 
 test-notebooks: $(BIN)/.installed
-	$(BIN)/python -m pytest $(NOTEBOOKS) $(PYTEST_NBVAL)
+	$(BIN)/python -m pytest $(PYTEST) $(NOTEBOOKS) $(PYTEST_NBVAL)
 
 # The kernels on the newest Triton (block pointers are gone there); the instructor
 # tools need no particular Triton and are left to `make test`.
 test-triton-latest: $(LATEST_VENV)/.installed
-	$(LATEST_VENV)/bin/python -m pytest tests --ignore=tests/test_instructor.py
+	$(LATEST_VENV)/bin/python -m pytest $(PYTEST) tests --ignore=tests/test_instructor.py
 
 book: $(BIN)/.installed
 	$(BIN)/python scripts/benchmarks_page.py
