@@ -44,25 +44,36 @@ def copy_ceiling(n_bytes, copy_gbps):
     return n_bytes / median_ms(lambda: dst.copy_(src), rep=50) / 1e6 / copy_gbps
 
 
-def sweep_stages(copy_gbps):
-    """Software pipelining of the loops (NUM_STAGES) with the default tiles."""
-    results = []
+def cases():
+    """Fresh random inputs for every benchmarked dtype and shape: (dtype, shape, x, w, g)."""
     for dtype in DTYPES:
         for n_rows, n_cols in SHAPES:
             x = torch.randn(n_rows, n_cols, device="cuda", dtype=dtype)
             w = torch.randn(n_cols, device="cuda", dtype=dtype)
             g = torch.randn(n_rows, device="cuda", dtype=dtype)
-            n_bytes = x.numel() * x.element_size()
-            for pass_, launch, default, bytes_moved in (
-                ("fwd", lambda t: weighted_sum_forward(x, w, t), forward_tiles, n_bytes),
-                ("bwd", lambda t: weighted_sum_backward(x, w, g, t), backward_tiles, 2 * n_bytes),
-            ):
-                tiles = default(n_cols, x.element_size())
-                timed = {stages: bytes_moved / median_ms(lambda: launch((*tiles[:3], stages)), rep=50) / 1e6 / copy_gbps
-                         for stages in (1, 2, 3, 4)}
-                print(f"{pass_} stages {str(dtype):15} {n_rows:>8}x{n_cols:<5} "
-                      + " ".join(f"{k}:{v:.3f}" for k, v in timed.items()), flush=True)
-                results.append({"pass": pass_, "dtype": str(dtype), "shape": [n_rows, n_cols], "stages": timed})
+            yield dtype, (n_rows, n_cols), x, w, g
+
+
+def passes(x, w, g):
+    """(pass, launch taking tiles, default tiles function, bytes moved) for forward and backward."""
+    n_bytes = x.numel() * x.element_size()
+    return (
+        ("fwd", lambda t: weighted_sum_forward(x, w, t), forward_tiles, n_bytes),
+        ("bwd", lambda t: weighted_sum_backward(x, w, g, t), backward_tiles, 2 * n_bytes),
+    )
+
+
+def sweep_stages(copy_gbps):
+    """Software pipelining of the loops (NUM_STAGES) with the default tiles."""
+    results = []
+    for dtype, (n_rows, n_cols), x, w, g in cases():
+        for pass_, launch, default, bytes_moved in passes(x, w, g):
+            tiles = default(n_cols, x.element_size())
+            timed = {stages: bytes_moved / median_ms(lambda: launch((*tiles[:3], stages)), rep=50) / 1e6 / copy_gbps
+                     for stages in (1, 2, 3, 4)}
+            print(f"{pass_} stages {str(dtype):15} {n_rows:>8}x{n_cols:<5} "
+                  + " ".join(f"{k}:{v:.3f}" for k, v in timed.items()), flush=True)
+            results.append({"pass": pass_, "dtype": str(dtype), "shape": [n_rows, n_cols], "stages": timed})
     return results
 
 
@@ -71,51 +82,39 @@ def sweep_backward_programs(copy_gbps):
     module = sys.modules["course_lib.weighted_sum"]
     default = module.BACKWARD_PROGRAMS_PER_SM
     results = []
-    for dtype in DTYPES:
-        for n_rows, n_cols in SHAPES:
-            x = torch.randn(n_rows, n_cols, device="cuda", dtype=dtype)
-            w = torch.randn(n_cols, device="cuda", dtype=dtype)
-            g = torch.randn(n_rows, device="cuda", dtype=dtype)
-            n_bytes = 2 * x.numel() * x.element_size()
-            timed = {}
-            for programs in (2, 4, 8, 16, 32):
-                module.BACKWARD_PROGRAMS_PER_SM = programs
-                timed[programs] = n_bytes / median_ms(lambda: weighted_sum_backward(x, w, g), rep=50) / 1e6 / copy_gbps
-            module.BACKWARD_PROGRAMS_PER_SM = default
-            ceiling = copy_ceiling(n_bytes, copy_gbps)
-            print(f"bwd programs/SM {str(dtype):15} {n_rows:>8}x{n_cols:<5} "
-                  + " ".join(f"{p}:{f:.3f}" for p, f in timed.items()) + f" | copy of same bytes {ceiling:.3f} C",
-                  flush=True)
-            results.append({"pass": "bwd", "dtype": str(dtype), "shape": [n_rows, n_cols],
-                            "programs_per_sm": timed, "copy_ceiling": ceiling})
+    for dtype, (n_rows, n_cols), x, w, g in cases():
+        n_bytes = 2 * x.numel() * x.element_size()
+        timed = {}
+        for programs in (2, 4, 8, 16, 32):
+            module.BACKWARD_PROGRAMS_PER_SM = programs
+            timed[programs] = n_bytes / median_ms(lambda: weighted_sum_backward(x, w, g), rep=50) / 1e6 / copy_gbps
+        module.BACKWARD_PROGRAMS_PER_SM = default
+        ceiling = copy_ceiling(n_bytes, copy_gbps)
+        print(f"bwd programs/SM {str(dtype):15} {n_rows:>8}x{n_cols:<5} "
+              + " ".join(f"{p}:{f:.3f}" for p, f in timed.items()) + f" | copy of same bytes {ceiling:.3f} C",
+              flush=True)
+        results.append({"pass": "bwd", "dtype": str(dtype), "shape": [n_rows, n_cols],
+                        "programs_per_sm": timed, "copy_ceiling": ceiling})
     return results
 
 
 def sweep_tiles(copy_gbps):
     """Every candidate tile for the forward and backward, beside the default."""
     results = []
-    for dtype in DTYPES:
-        for n_rows, n_cols in SHAPES:
-            x = torch.randn(n_rows, n_cols, device="cuda", dtype=dtype)
-            w = torch.randn(n_cols, device="cuda", dtype=dtype)
-            g = torch.randn(n_rows, device="cuda", dtype=dtype)
-            n_bytes = x.numel() * x.element_size()
-            for pass_, launch, default, bytes_moved in (
-                ("fwd", lambda t: weighted_sum_forward(x, w, t), forward_tiles, n_bytes),
-                ("bwd", lambda t: weighted_sum_backward(x, w, g, t), backward_tiles, 2 * n_bytes),
-            ):
-                default_tiles = default(n_cols, x.element_size())
-                timed = []
-                for tiles in [default_tiles, *candidates(n_cols, x.element_size())]:
-                    ms = median_ms(lambda: launch(tiles), rep=50)
-                    timed.append((bytes_moved / ms / 1e6 / copy_gbps, tiles))
-                best = max(timed)
-                print(f"{pass_} {str(dtype):15} {n_rows:>8}x{n_cols:<5} default {default_tiles} "
-                      f"{timed[0][0]:.3f} C | best {best[1]} {best[0]:.3f} C | "
-                      f"copy of same bytes {copy_ceiling(bytes_moved, copy_gbps):.3f} C", flush=True)
-                results.append({"pass": pass_, "dtype": str(dtype), "shape": [n_rows, n_cols],
-                                "default": [list(default_tiles), timed[0][0]],
-                                "all": [[list(t), f] for f, t in sorted(timed, reverse=True)[:12]]})
+    for dtype, (n_rows, n_cols), x, w, g in cases():
+        for pass_, launch, default, bytes_moved in passes(x, w, g):
+            default_tiles = default(n_cols, x.element_size())
+            timed = []
+            for tiles in [default_tiles, *candidates(n_cols, x.element_size())]:
+                ms = median_ms(lambda: launch(tiles), rep=50)
+                timed.append((bytes_moved / ms / 1e6 / copy_gbps, tiles))
+            best = max(timed)
+            print(f"{pass_} {str(dtype):15} {n_rows:>8}x{n_cols:<5} default {default_tiles} "
+                  f"{timed[0][0]:.3f} C | best {best[1]} {best[0]:.3f} C | "
+                  f"copy of same bytes {copy_ceiling(bytes_moved, copy_gbps):.3f} C", flush=True)
+            results.append({"pass": pass_, "dtype": str(dtype), "shape": [n_rows, n_cols],
+                            "default": [list(default_tiles), timed[0][0]],
+                            "all": [[list(t), f] for f, t in sorted(timed, reverse=True)[:12]]})
     return results
 
 
