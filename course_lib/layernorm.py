@@ -32,6 +32,7 @@ up to FORWARD_MAX_BLOCK wide, then centres to exactly 0; an ulp left there would
 multiplied by ``rstd = 1 / sqrt(eps)``, 316 for the default eps.
 """
 
+import functools
 import numbers
 from typing import NamedTuple
 
@@ -48,7 +49,7 @@ from .validation import (
     check_tensor,
     on_device_of,
 )
-from .weighted_sum import column_sum_kernel
+from .weighted_sum import sum_partial_rows
 
 # ---------------------------------------------------------------------------- kernels
 
@@ -417,6 +418,7 @@ def _warps_for_tile(tile_bytes):
     return max(4, min(MAX_WARPS, tile_bytes // (32 * BYTES_A_THREAD)))
 
 
+@functools.cache  # called on every launch: keep the host path short
 def forward_tiles(n_cols, element_size):
     """Tiles for the forward: the looped kernel runs when block_cols < n_cols.
 
@@ -442,6 +444,7 @@ def forward_tiles(n_cols, element_size):
     return Tiles(block_rows, block_cols, _warps_for_tile(block_rows * block_cols * element_size))
 
 
+@functools.cache  # called on every launch: keep the host path short
 def backward_config(n_cols, element_size):
     """BackwardConfig for rows of ``n_cols`` elements of ``element_size`` bytes.
 
@@ -519,26 +522,12 @@ def layernorm_forward(x, gamma, beta, eps, stable, *, save_stats, tiles=None):
 def _partial_rows(n_rows, block_rows, groups_wanted, partial_width, device):
     """(rows_per_group, partial): row groups of whole row tiles, and one float32 partial row a group.
 
-    No more partial elements than column_sum_kernel's 32-bit offsets reach.
+    No more partial elements than sum_partial_rows's 32-bit offsets reach.
     """
     groups_wanted = max(1, min(groups_wanted, INT32_LIMIT // max(1, partial_width)))
     rows_per_group = block_rows * triton.cdiv(triton.cdiv(n_rows, groups_wanted), block_rows)
     partial = torch.empty((triton.cdiv(n_rows, rows_per_group), partial_width), device=device, dtype=torch.float32)
     return rows_per_group, partial
-
-
-def _sum_partial_rows(partial, dtype):
-    """Column sums of the float32 partial rows, in a fixed order, cast to ``dtype``."""
-    n_partial_rows, width = partial.shape
-    out = torch.empty(width, device=partial.device, dtype=dtype)
-    # Narrow column blocks so that even a short row of sums spreads over the GPU.
-    block_cols = max(16, min(256, triton.next_power_of_2(triton.cdiv(width, multiprocessor_count()))))
-    block_rows = max(1, min(triton.next_power_of_2(n_partial_rows), 4096 // block_cols))
-    column_sum_kernel[(triton.cdiv(width, block_cols),)](
-        partial, out, n_partial_rows, width, partial.stride(0),
-        BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols,
-    )
-    return out
 
 
 def _backward_whole_rows(x2d, gamma, has_beta, grad_y, grad_x, stats, eps, stable, config, partial_width):
@@ -608,7 +597,7 @@ def layernorm_backward(grad_y, x, gamma, has_beta, stats, eps, stable, *, config
         backward = _backward_whole_rows if config.tiles.block_cols >= n_cols else _backward_two_stages
         with on_device_of(x):
             partial = backward(x2d, gamma, has_beta, grad_y, grad_x, stats, eps, stable, config, partial_width)
-            sums = _sum_partial_rows(partial, x.dtype) if partial_width else None
+            sums = sum_partial_rows(partial, x.dtype) if partial_width else None
     grad_gamma = sums[:n_cols] if has_gamma else None
     grad_beta = sums[partial_width - n_cols:] if has_beta else None
     return grad_x.reshape(x.shape), grad_gamma, grad_beta

@@ -8,6 +8,7 @@ runs, so this module must be imported before any kernel module: ``course_lib``'s
 ``__init__`` does that, and notebooks import ``course_lib`` before defining kernels.
 """
 
+import functools
 import os
 import sys
 import warnings
@@ -94,6 +95,7 @@ def gpu_name():
     return torch.cuda.get_device_name() if ON_GPU else "cpu-interpreter"
 
 
+@functools.cache  # launchers ask on every call; the device query costs microseconds
 def multiprocessor_count():
     """How many programs can run at once, roughly: the SM count on a GPU."""
     if ON_GPU:
