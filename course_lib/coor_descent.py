@@ -341,9 +341,10 @@ def coor_descent_backward_kernel(
 
 # -------------------------------------------------------------------------- launchers
 
-# Rows up to this many columns are one program each, held in registers (32 float32
-# values a thread at 16 warps); longer rows are split into tiles.
-ROW_BLOCK_MAX = 16384
+# Rows up to this many columns are one program each, held in registers (128 float32
+# values a thread at 8 warps); longer rows are split into tiles. On an H200, rows of
+# 32768 held whole took 93 us against 200 us split in two tiles (256 x 32768).
+ROW_BLOCK_MAX = 32768
 # When few rows leave multiprocessors idle, split rows down to tiles of this many
 # columns so that every multiprocessor gets one.
 SPLIT_TILE_MIN = 4096
@@ -351,8 +352,15 @@ SPLIT_TILE_MIN = 4096
 # tiles of BACKWARD_SPLIT_TILE.
 BACKWARD_ROW_BLOCK_MAX = 16384
 BACKWARD_SPLIT_TILE = 4096
-# Elements a warp: 16 a thread leaves enough work between two reductions to hide them.
-ELEMENTS_PER_WARP = 512
+# Columns a warp (benchmarks/tune_coor_descent.py on an H200). A row's twenty
+# iterations are a chain of reductions, each waiting on the last: the fewer warps a
+# reduction crosses, the shorter the chain. Whole rows all run at once at these sizes,
+# so fewer warps cost no parallelism: 1 warp for 4096 columns took 42 us, 8 warps
+# 68 us (1024 x 4096). A split tile is one of few programs and needs more warps (4 for
+# 4096 columns: 47 against 67 us at 8); the backward too (2 for 1024, 4 for 4096).
+ROW_COLUMNS_PER_WARP = 4096
+TILE_COLUMNS_PER_WARP = 1024
+MIN_TILE_WARPS, MIN_BACKWARD_WARPS = 4, 2
 
 
 class ForwardPlan(NamedTuple):
@@ -379,8 +387,11 @@ def _next_power_of_2(n):
     return 1 << (n - 1).bit_length()
 
 
-def warps_for(block):
-    return max(1, min(16, block // ELEMENTS_PER_WARP))
+def warps_for(block, columns_per_warp, min_warps=1):
+    """Warps for a program of ``block`` columns: one per ``columns_per_warp``, at least
+    ``min_warps``, at most 16, and never more than the block fills (32 columns a warp)."""
+    warps = max(min_warps, min(16, block // columns_per_warp))
+    return max(1, min(warps, block // 32))
 
 
 def forward_plan(n_rows, n_cols):
@@ -393,20 +404,20 @@ def forward_plan(n_rows, n_cols):
     """
     if n_cols <= ROW_BLOCK_MAX:
         block = _next_power_of_2(n_cols)
-        return ForwardPlan(block, 1, n_rows, warps_for(block), True)
+        return ForwardPlan(block, 1, n_rows, warps_for(block, ROW_COLUMNS_PER_WARP), True)
     sms = multiprocessor_count()
     tiles = max(_cdiv(n_cols, ROW_BLOCK_MAX), min(sms // n_rows, _cdiv(n_cols, SPLIT_TILE_MIN)))
     block = _next_power_of_2(_cdiv(n_cols, tiles))
     tiles = _cdiv(n_cols, block)
     single_launch = ON_GPU and tiles <= sms
     row_programs = min(n_rows, max(1, sms // tiles)) if single_launch else n_rows
-    return ForwardPlan(block, tiles, row_programs, warps_for(block), single_launch)
+    return ForwardPlan(block, tiles, row_programs, warps_for(block, TILE_COLUMNS_PER_WARP, MIN_TILE_WARPS), single_launch)
 
 
 def backward_plan(n_rows, n_cols):
     """Whole rows when they fit in registers, else tiles of BACKWARD_SPLIT_TILE."""
     block = _next_power_of_2(n_cols) if n_cols <= BACKWARD_ROW_BLOCK_MAX else BACKWARD_SPLIT_TILE
-    return BackwardPlan(block, _cdiv(n_cols, block), warps_for(block))
+    return BackwardPlan(block, _cdiv(n_cols, block), warps_for(block, TILE_COLUMNS_PER_WARP, MIN_BACKWARD_WARPS))
 
 
 @functools.lru_cache(maxsize=64)

@@ -108,7 +108,8 @@ def check_against_reference(s, k, settings, mask=None, dtype=torch.float32):
     terms = float((dy.double() * y64.detach()).norm()) / final_eps(**settings)
     assert_normwise("y", y, y64.detach(), rtol)
     kinks = near_a_kink(s.detach().double(), k.detach().double() if k_grad else k, mask, **settings)
-    assert kinks.double().mean() < 1e-2, "too many scores at a kink for ds to be compared"
+    # A kink now and then is chance (one of 51 scores is 2%); many would leave ds untested.
+    assert kinks.sum() <= max(2, 0.01 * kinks.numel()), "too many scores at a kink for ds to be compared"
     assert_normwise("ds", grads[0].masked_fill(kinks, 0), grads64[0].masked_fill(kinks, 0), rtol, floor=1e-6 * terms)
     if k_grad:
         assert grads[1].shape == k.shape
