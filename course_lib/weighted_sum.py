@@ -197,8 +197,8 @@ def weighted_sum_forward(x, weight, tiles=None):
     block_rows, block_cols, num_warps, num_stages = tiles or forward_tiles(n_cols, x.element_size())
     grid = (triton.cdiv(n_rows, block_rows),)
     # When a row fits in one tile, marking x evict_first sped the forward up by 2-5%
-    # on an H200 (benchmarks/tune_weighted_sum.py); across several column tiles it
-    # cost up to 5% in float32.
+    # on an H200, at these tiles; across several column tiles it cost up to 5% in
+    # float32.
     x_eviction = "evict_first" if block_cols >= n_cols else ""
     with on_device_of(x):
         weighted_sum_forward_kernel[grid](
