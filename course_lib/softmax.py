@@ -428,8 +428,7 @@ def causal_softmax(x):
     """Softmax of attention scores x (..., n, n) where query i sees keys j <= i.
 
     Entries above the diagonal (j > i) take no part and come out exactly 0 (in a row
-    made NaN by a NaN key, possibly NaN). They are
-    not read either, apart from the few next to the diagonal that share its 16-element
-    load (FETCH_GROUP).
+    made NaN by a NaN key, possibly NaN). They are not read either, apart from the few
+    next to the diagonal that share its 16-element load (FETCH_GROUP).
     """
     return softmax(x, causal=True)
