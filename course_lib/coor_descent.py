@@ -51,6 +51,13 @@ float32 number nearest to -a (or the row max, if lower) and c = -a - f, tiny. On
 small differences get rounded. The row max also keeps the exponentials from
 underflowing when a whole row lies far below -a.
 
+The log in a = eps * (log k - log T) - f needs no float64: T, a float32 sum, is already
+uncertain in its last bits, and a float32 log adds an error of the same kind, about
+|log T| * 6e-8 (log T <= log n). Multiplied by eps in a, it is divided by the same eps
+in y and in the backward's p: a relative error of at most 1e-6, whatever eps. A
+float64 log, a long chain of float64 operations on every iteration's critical path,
+made the forward 10% slower (4096 x 1024 on an H200).
+
 Filling the GPU
 ---------------
 A row of up to ROW_BLOCK_MAX columns is one program that reads s once, keeps it in
@@ -78,7 +85,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .runtime import ON_GPU, multiprocessor_count
+from .runtime import ON_GPU, cdiv, multiprocessor_count, next_power_of_2
 from .validation import check_index_range, check_tensor, on_device_of
 
 LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
@@ -138,9 +145,8 @@ def _tile_part(s, row_max, a, eps_ptr, phase):
 @triton.jit
 def _next_a(total, row_max, a, eps, logk, first):
     """a after an iteration, in float64, from the row's total of _tile_part."""
-    # float64 log: eps * (its float32 rounding) would be as large as the error we avoid.
     nothing = total == 0.0  # a fully masked row
-    lse = eps * tl.log(tl.where(nothing, 1.0, total).to(tl.float64))
+    lse = eps * tl.log(tl.where(nothing, 1.0, total)).to(tl.float64)  # float32 log: module doc
     if not first:
         f, _ = _frame(row_max, a)
         lse += f
@@ -245,15 +251,35 @@ def _output_grad(s, dy, a_last, eps_last):
 
 
 @triton.jit
-def _step_probabilities(s, row_max, a_t, a_next, eps_t, logk):
+def _step_probabilities(s, row_max, a_t, a_next, exp2_scale, logk):
     """(p, takes_s) of iteration t: p = softmax(min(s, -a_t) / eps_t), from the saved
-    a_{t+1} instead of a sum; takes_s where the min took s_j (masked columns: p = 0)."""
+    a_{t+1} instead of a sum; takes_s where the min took s_j (masked columns: p = 0).
+    exp2_scale = LOG2E / eps_t, from the schedule: no division on the way."""
     f, c = _frame(row_max, a_t)
-    scale = (1.0 / eps_t * LOG2E).to(tl.float32)
-    offset = (((f + a_next) / eps_t - logk) * LOG2E).to(tl.float32)
+    offset = ((f + a_next) * exp2_scale - logk * LOG2E).to(tl.float32)
     above_f = s - f
-    p = tl.exp2(tl.minimum(above_f, c) * scale + offset)
+    p = tl.exp2(tl.minimum(above_f, c) * exp2_scale.to(tl.float32) + offset)
     return p, above_f <= c
+
+
+@triton.jit
+def _backward_tile(s_ptr, mask_ptr, dy_ptr, logk_ptr, eps_ptr, a_ptr, row_max_ptr, row, tile, n_cols, n_iters,
+                   logk_value, stride_s_row, stride_s_col, stride_mask_row, stride_mask_col, stride_dy_row,
+                   stride_dy_col, HAS_MASK: tl.constexpr, LOGK_PER_ROW: tl.constexpr, BLOCK: tl.constexpr):
+    """What both backward kernels start from for tile ``tile`` of ``row``: its columns, s
+    and dy (float32), log k, the row max, and pointers to the row's saved a and to the
+    schedule's second row, LOG2E / eps (eps_schedule)."""
+    cols = tile * BLOCK + tl.arange(0, BLOCK)
+    s = _load_scores(s_ptr, mask_ptr, row, cols, n_cols, stride_s_row, stride_s_col,
+                     stride_mask_row, stride_mask_col, HAS_MASK)
+    row64 = tl.cast(row, tl.int64)
+    dy = tl.load(dy_ptr + row64 * stride_dy_row + cols.to(tl.int64) * stride_dy_col, mask=cols < n_cols, other=0.0)
+    if LOGK_PER_ROW:
+        logk = tl.load(logk_ptr + row)
+    else:
+        logk = logk_value
+    row_max = tl.load(row_max_ptr + row)
+    return cols, s, dy.to(tl.float32), logk, row_max, a_ptr + row64 * n_iters, eps_ptr + n_iters + 1
 
 
 @triton.jit(do_not_specialize=["n_iters"])
@@ -269,24 +295,19 @@ def coor_descent_backward_partials_kernel(
     row = tl.program_id(0)
     tile = tl.program_id(1)
     n_tiles = tl.num_programs(1)
-    cols = tile * BLOCK + tl.arange(0, BLOCK)
-    s = _load_scores(s_ptr, mask_ptr, row, cols, n_cols, stride_s_row, stride_s_col,
-                     stride_mask_row, stride_mask_col, HAS_MASK)
+    cols, s, dy, logk, row_max, a_row, exp2_scale_ptr = _backward_tile(
+        s_ptr, mask_ptr, dy_ptr, logk_ptr, eps_ptr, a_ptr, row_max_ptr, row, tile, n_cols, n_iters, logk_value,
+        stride_s_row, stride_s_col, stride_mask_row, stride_mask_col, stride_dy_row, stride_dy_col,
+        HAS_MASK, LOGK_PER_ROW, BLOCK,
+    )
     row64 = tl.cast(row, tl.int64)
-    dy = tl.load(dy_ptr + row64 * stride_dy_row + cols.to(tl.int64) * stride_dy_col, mask=cols < n_cols, other=0.0)
-    if LOGK_PER_ROW:
-        logk = tl.load(logk_ptr + row)
-    else:
-        logk = logk_value
-    row_max = tl.load(row_max_ptr + row)
-    a_row = a_ptr + row64 * n_iters
     out = partials_ptr + row64 * n_iters * n_tiles + tile
-    dw = _output_grad(s, dy.to(tl.float32), tl.load(a_row + n_iters - 1), tl.load(eps_ptr + n_iters))
+    dw = _output_grad(s, dy, tl.load(a_row + n_iters - 1), tl.load(eps_ptr + n_iters))
     # dy has either sign: the sum cancels, so it is added up in float64.
     tl.store(out, tl.sum(dw.to(tl.float64), axis=0))
     for t in range(1, n_iters):
         p, takes_s = _step_probabilities(s, row_max, tl.load(a_row + t - 1), tl.load(a_row + t),
-                                         tl.load(eps_ptr + t), logk)
+                                         tl.load(exp2_scale_ptr + t), logk)
         tl.store(out + t * n_tiles, tl.sum(tl.where(takes_s, 0.0, p), axis=0))
 
 
@@ -304,19 +325,14 @@ def coor_descent_backward_kernel(
     """
     row = tl.program_id(0)
     tile = tl.program_id(1)
-    cols = tile * BLOCK + tl.arange(0, BLOCK)
-    s = _load_scores(s_ptr, mask_ptr, row, cols, n_cols, stride_s_row, stride_s_col,
-                     stride_mask_row, stride_mask_col, HAS_MASK)
+    cols, s, dy, logk, row_max, a_row, exp2_scale_ptr = _backward_tile(
+        s_ptr, mask_ptr, dy_ptr, logk_ptr, eps_ptr, a_ptr, row_max_ptr, row, tile, n_cols, n_iters, logk_value,
+        stride_s_row, stride_s_col, stride_mask_row, stride_mask_col, stride_dy_row, stride_dy_col,
+        HAS_MASK, LOGK_PER_ROW, BLOCK,
+    )
     row64 = tl.cast(row, tl.int64)
-    dy = tl.load(dy_ptr + row64 * stride_dy_row + cols.to(tl.int64) * stride_dy_col, mask=cols < n_cols, other=0.0)
-    if LOGK_PER_ROW:
-        logk = tl.load(logk_ptr + row)
-    else:
-        logk = logk_value
-    row_max = tl.load(row_max_ptr + row)
-    a_row = a_ptr + row64 * n_iters
 
-    ds = _output_grad(s, dy.to(tl.float32), tl.load(a_row + n_iters - 1), tl.load(eps_ptr + n_iters))
+    ds = _output_grad(s, dy, tl.load(a_row + n_iters - 1), tl.load(eps_ptr + n_iters))
     if SPLIT:
         grad_a = tl.load(sums_ptr + row64 * n_iters)
     else:
@@ -324,14 +340,14 @@ def coor_descent_backward_kernel(
     dlogk = tl.full((), 0.0, tl.float64)
     for i in range(1, n_iters):
         t = n_iters - i
-        eps_t = tl.load(eps_ptr + t)
-        p, takes_s = _step_probabilities(s, row_max, tl.load(a_row + t - 1), tl.load(a_row + t), eps_t, logk)
+        p, takes_s = _step_probabilities(s, row_max, tl.load(a_row + t - 1), tl.load(a_row + t),
+                                         tl.load(exp2_scale_ptr + t), logk)
         ds = tl.where(takes_s, ds - grad_a.to(tl.float32) * p, ds)
         if SPLIT:
             mass = tl.load(sums_ptr + row64 * n_iters + t)
         else:
             mass = tl.sum(tl.where(takes_s, 0.0, p), axis=0)
-        dlogk += grad_a * eps_t
+        dlogk += grad_a * tl.load(eps_ptr + t)
         grad_a = grad_a * mass
     dlogk += grad_a * tl.load(eps_ptr)
     ds = tl.where(s != NO_SCORE, ds, 0.0)  # exactly 0 where masked, whatever dy holds
@@ -361,6 +377,11 @@ BACKWARD_SPLIT_TILE = 4096
 ROW_COLUMNS_PER_WARP = 4096
 TILE_COLUMNS_PER_WARP = 1024
 MIN_TILE_WARPS, MIN_BACKWARD_WARPS = 4, 2
+# The backward holds s, dy and ds: 32 values of each a thread at these warps. Left to
+# itself the compiler takes 161 registers a thread for rows of 4096 (3 programs of 4
+# warps a multiprocessor); capped at 128 it spills nothing and fits 4, and 1024 x 4096
+# went from 66 to 58 us on an H200.
+BACKWARD_MAX_REGISTERS = 128
 
 
 class ForwardPlan(NamedTuple):
@@ -375,16 +396,6 @@ class BackwardPlan(NamedTuple):
     block: int
     tiles: int
     num_warps: int
-
-
-# Host-side integer helpers: triton.cdiv and triton.next_power_of_2 also work inside
-# kernels, and cost about 2 us a call on the host (triton 3.7), more than all else here.
-def _cdiv(a, b):
-    return -(-a // b)
-
-
-def _next_power_of_2(n):
-    return 1 << (n - 1).bit_length()
 
 
 def warps_for(block, columns_per_warp, min_warps=1):
@@ -403,12 +414,12 @@ def forward_plan(n_rows, n_cols):
     runs programs one after another), take one launch a step.
     """
     if n_cols <= ROW_BLOCK_MAX:
-        block = _next_power_of_2(n_cols)
+        block = next_power_of_2(n_cols)
         return ForwardPlan(block, 1, n_rows, warps_for(block, ROW_COLUMNS_PER_WARP), True)
     sms = multiprocessor_count()
-    tiles = max(_cdiv(n_cols, ROW_BLOCK_MAX), min(sms // n_rows, _cdiv(n_cols, SPLIT_TILE_MIN)))
-    block = _next_power_of_2(_cdiv(n_cols, tiles))
-    tiles = _cdiv(n_cols, block)
+    tiles = max(cdiv(n_cols, ROW_BLOCK_MAX), min(sms // n_rows, cdiv(n_cols, SPLIT_TILE_MIN)))
+    block = next_power_of_2(cdiv(n_cols, tiles))
+    tiles = cdiv(n_cols, block)
     single_launch = ON_GPU and tiles <= sms
     row_programs = min(n_rows, max(1, sms // tiles)) if single_launch else n_rows
     return ForwardPlan(block, tiles, row_programs, warps_for(block, TILE_COLUMNS_PER_WARP, MIN_TILE_WARPS), single_launch)
@@ -416,20 +427,24 @@ def forward_plan(n_rows, n_cols):
 
 def backward_plan(n_rows, n_cols):
     """Whole rows when they fit in registers, else tiles of BACKWARD_SPLIT_TILE."""
-    block = _next_power_of_2(n_cols) if n_cols <= BACKWARD_ROW_BLOCK_MAX else BACKWARD_SPLIT_TILE
-    return BackwardPlan(block, _cdiv(n_cols, block), warps_for(block, TILE_COLUMNS_PER_WARP, MIN_BACKWARD_WARPS))
+    block = next_power_of_2(n_cols) if n_cols <= BACKWARD_ROW_BLOCK_MAX else BACKWARD_SPLIT_TILE
+    return BackwardPlan(block, cdiv(n_cols, block), warps_for(block, TILE_COLUMNS_PER_WARP, MIN_BACKWARD_WARPS))
 
 
 @functools.lru_cache(maxsize=64)
 def eps_schedule(n_iters, eps, eps_init, eps_decay, device):
-    """eps of iterations 0 .. n_iters-1, then the final one that y divides by: float64
-    on the device, computed once for each setting."""
+    """(2, n_iters + 1) float64 on the device, computed once for each setting: row 0
+    holds eps of iterations 0 .. n_iters-1, then the final one that y divides by; row 1
+    holds LOG2E / eps, which the backward multiplies by instead of dividing. Its two
+    float64 divisions an iteration took a fifth of the backward's time (68 against
+    56 us for 4096 x 1024 on an H200). In the forward the division overlaps the row's
+    sum, and reading the row measured slower, so the forward keeps dividing."""
     current = max(eps if eps_init is None else eps_init, eps)
     values = []
     for _ in range(n_iters + 1):
         values.append(current)
         current = max(current * eps_decay, eps)
-    return torch.tensor(values, dtype=torch.float64, device=device)
+    return torch.tensor([values, [LOG2E.value / v for v in values]], dtype=torch.float64, device=device)
 
 
 def _logk_args(logk):
@@ -446,7 +461,7 @@ def coor_descent_forward(s2d, mask2d, logk, schedule, plan=None):
     ``logk`` is a float or a float32 tensor (rows,); ``mask2d`` a uint8 view or None.
     """
     n_rows, n_cols = s2d.shape
-    n_iters = schedule.numel() - 1
+    n_iters = schedule.shape[1] - 1
     y = torch.empty((n_rows, n_cols), device=s2d.device, dtype=s2d.dtype)
     a = torch.empty((n_rows, n_iters), device=s2d.device, dtype=torch.float64)
     row_max = torch.empty(n_rows, device=s2d.device, dtype=torch.float32)
@@ -471,7 +486,7 @@ def coor_descent_forward(s2d, mask2d, logk, schedule, plan=None):
             n_rows, n_cols, n_iters, logk_value, first_step, last_step,
             *s2d.stride(), *mask_strides, y.stride(0),
             HAS_MASK=mask2d is not None, LOGK_PER_ROW=per_row, SPLIT=split,
-            BLOCK=plan.block, TILES_BLOCK=_next_power_of_2(plan.tiles), num_warps=plan.num_warps,
+            BLOCK=plan.block, TILES_BLOCK=next_power_of_2(plan.tiles), num_warps=plan.num_warps,
         )
 
     n_steps = n_iters + 2
@@ -487,7 +502,7 @@ def coor_descent_forward(s2d, mask2d, logk, schedule, plan=None):
 def coor_descent_backward(s2d, mask2d, logk, schedule, a, row_max, dy2d, plan=None):
     """Launch the backward; return ds (rows, n) in s's dtype and dlogk (rows,) float32."""
     n_rows, n_cols = s2d.shape
-    n_iters = schedule.numel() - 1
+    n_iters = schedule.shape[1] - 1
     ds = torch.empty((n_rows, n_cols), device=s2d.device, dtype=s2d.dtype)
     dlogk = torch.empty(n_rows, device=s2d.device, dtype=torch.float32)
     if n_rows == 0:
@@ -496,7 +511,8 @@ def coor_descent_backward(s2d, mask2d, logk, schedule, a, row_max, dy2d, plan=No
     split = plan.tiles > 1
     logk_tensor, logk_value, per_row = _logk_args(logk)
     mask_strides = mask2d.stride() if mask2d is not None else (0, 0)
-    common = dict(HAS_MASK=mask2d is not None, LOGK_PER_ROW=per_row, BLOCK=plan.block, num_warps=plan.num_warps)
+    common = dict(HAS_MASK=mask2d is not None, LOGK_PER_ROW=per_row, BLOCK=plan.block, num_warps=plan.num_warps,
+                  maxnreg=BACKWARD_MAX_REGISTERS)
     grid = (n_rows, plan.tiles)
     with on_device_of(s2d):
         if split:

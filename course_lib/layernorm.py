@@ -41,7 +41,7 @@ import triton
 import triton.language as tl
 from torch import nn
 
-from .runtime import multiprocessor_count
+from .runtime import cdiv, multiprocessor_count, next_power_of_2
 from .validation import (
     INT32_LIMIT,
     check_index_range,
@@ -186,6 +186,31 @@ def _grad_x(weighted_grad, xhat, x, rstd, row_max, c1, c2, n_max, mask, n_cols, 
 
 
 @triton.jit
+def _load_backward_rows(x_ptr, grad_y_ptr, mean_ptr, rstd_ptr, rows, mask, row_mask,
+                        col_offsets_x, col_offsets_grad_y, stride_x_row, stride_grad_y_row):
+    """A tile of rows for a backward kernel: x and dy in float32, and the rows' mean and rstd."""
+    rows64 = rows.to(tl.int64)
+    x = tl.load(x_ptr + rows64[:, None] * stride_x_row + col_offsets_x, mask=mask, other=0.0).to(tl.float32)
+    grad_y = tl.load(
+        grad_y_ptr + rows64[:, None] * stride_grad_y_row + col_offsets_grad_y, mask=mask, other=0.0
+    ).to(tl.float32)
+    mean = tl.load(mean_ptr + rows, mask=row_mask, other=0.0)
+    rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)
+    return x, grad_y, mean, rstd
+
+
+@triton.jit
+def _store_partial_row(partial_row_ptr, cols, col_mask, n_cols, grad_gamma_acc, grad_beta_acc,
+                       HAS_GAMMA: tl.constexpr, HAS_BETA: tl.constexpr):
+    """A program's partial row: its column sums of dy * xhat (dgamma's), then of dy (dbeta's)."""
+    if HAS_GAMMA:
+        tl.store(partial_row_ptr + cols, tl.sum(grad_gamma_acc, axis=0), mask=col_mask)
+        partial_row_ptr += n_cols
+    if HAS_BETA:
+        tl.store(partial_row_ptr + cols, tl.sum(grad_beta_acc, axis=0), mask=col_mask)
+
+
+@triton.jit
 def layernorm_backward_kernel(
     x_ptr, gamma_ptr, grad_y_ptr, mean_ptr, rstd_ptr, row_max_ptr, grad_x_ptr, partial_ptr,
     n_rows, n_cols, rows_per_program, eps,
@@ -216,13 +241,10 @@ def layernorm_backward_kernel(
         rows = row_start + tl.arange(0, BLOCK_ROWS)
         row_mask = rows < last_row
         mask = row_mask[:, None] & col_mask[None, :]
-        rows64 = rows.to(tl.int64)
-        x = tl.load(x_ptr + rows64[:, None] * stride_x_row + col_offsets_x, mask=mask, other=0.0).to(tl.float32)
-        grad_y = tl.load(
-            grad_y_ptr + rows64[:, None] * stride_grad_y_row + col_offsets_grad_y, mask=mask, other=0.0
-        ).to(tl.float32)
-        mean = tl.load(mean_ptr + rows, mask=row_mask, other=0.0)
-        rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)
+        x, grad_y, mean, rstd = _load_backward_rows(
+            x_ptr, grad_y_ptr, mean_ptr, rstd_ptr, rows, mask, row_mask,
+            col_offsets_x, col_offsets_grad_y, stride_x_row, stride_grad_y_row,
+        )
         row_max = tl.load(row_max_ptr + rows, mask=row_mask, other=1.0) if STABLE else None
         n_max = tl.sum((mask & (x == row_max[:, None])).to(tl.float32), axis=1) if STABLE else None
 
@@ -232,19 +254,15 @@ def layernorm_backward_kernel(
         c2 = tl.div_rn(tl.sum(weighted_grad * xhat, axis=1), n_cols * 1.0)
         grad_x = _grad_x(weighted_grad, xhat, x, rstd, row_max, c1, c2, n_max, mask, n_cols, eps, STABLE)
         tl.store(
-            grad_x_ptr + rows64[:, None] * stride_grad_x_row + cols[None, :],
+            grad_x_ptr + rows.to(tl.int64)[:, None] * stride_grad_x_row + cols[None, :],
             grad_x.to(grad_x_ptr.dtype.element_ty),
             mask=mask,
         )
         grad_gamma_acc += grad_y * xhat
         grad_beta_acc += grad_y
 
-    partial_row_ptr = partial_ptr + program.to(tl.int64) * stride_partial_row
-    if HAS_GAMMA:
-        tl.store(partial_row_ptr + cols, tl.sum(grad_gamma_acc, axis=0), mask=col_mask)
-        partial_row_ptr += n_cols
-    if HAS_BETA:
-        tl.store(partial_row_ptr + cols, tl.sum(grad_beta_acc, axis=0), mask=col_mask)
+    _store_partial_row(partial_ptr + program.to(tl.int64) * stride_partial_row, cols, col_mask, n_cols,
+                       grad_gamma_acc, grad_beta_acc, HAS_GAMMA, HAS_BETA)
 
 
 @triton.jit
@@ -281,18 +299,15 @@ def layernorm_backward_partials_kernel(
         rows = row_start + tl.arange(0, BLOCK_ROWS)
         row_mask = rows < last_row
         mask = row_mask[:, None] & col_mask[None, :]
-        rows64 = rows.to(tl.int64)
-        x = tl.load(x_ptr + rows64[:, None] * stride_x_row + col_offsets_x, mask=mask, other=0.0).to(tl.float32)
-        grad_y = tl.load(
-            grad_y_ptr + rows64[:, None] * stride_grad_y_row + col_offsets_grad_y, mask=mask, other=0.0
-        ).to(tl.float32)
-        mean = tl.load(mean_ptr + rows, mask=row_mask, other=0.0)
-        rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)
+        x, grad_y, mean, rstd = _load_backward_rows(
+            x_ptr, grad_y_ptr, mean_ptr, rstd_ptr, rows, mask, row_mask,
+            col_offsets_x, col_offsets_grad_y, stride_x_row, stride_grad_y_row,
+        )
         row_max = tl.load(row_max_ptr + rows, mask=row_mask, other=1.0) if STABLE else None
 
         xhat = _xhat(x, mean, rstd, row_max, mask, STABLE)
         weighted_grad = grad_y * gamma[None, :] if HAS_GAMMA else grad_y
-        sums_ptrs = row_sums_ptr + rows64 * n_col_blocks + col_block
+        sums_ptrs = row_sums_ptr + rows.to(tl.int64) * n_col_blocks + col_block
         tl.store(sums_ptrs, tl.sum(weighted_grad, axis=1), mask=row_mask)
         tl.store(sums_ptrs + stride_sums_plane, tl.sum(weighted_grad * xhat, axis=1), mask=row_mask)
         if STABLE:
@@ -301,12 +316,8 @@ def layernorm_backward_partials_kernel(
         grad_gamma_acc += grad_y * xhat
         grad_beta_acc += grad_y
 
-    partial_row_ptr = partial_ptr + row_group.to(tl.int64) * stride_partial_row
-    if HAS_GAMMA:
-        tl.store(partial_row_ptr + cols, tl.sum(grad_gamma_acc, axis=0), mask=col_mask)
-        partial_row_ptr += n_cols
-    if HAS_BETA:
-        tl.store(partial_row_ptr + cols, tl.sum(grad_beta_acc, axis=0), mask=col_mask)
+    _store_partial_row(partial_ptr + row_group.to(tl.int64) * stride_partial_row, cols, col_mask, n_cols,
+                       grad_gamma_acc, grad_beta_acc, HAS_GAMMA, HAS_BETA)
 
 
 @triton.jit
@@ -437,7 +448,7 @@ def forward_tiles(n_cols, element_size):
     At every shape swept (1024 to 131072 columns, float32 and bfloat16) this comes
     within 4% of the best tile; repeated timings of one tile differ by up to 2%.
     """
-    block_cols = triton.next_power_of_2(n_cols)
+    block_cols = next_power_of_2(n_cols)
     if block_cols > FORWARD_MAX_BLOCK:
         return Tiles(1, MAX_WARPS * 32 * BYTES_A_THREAD // element_size, MAX_WARPS)
     block_rows = max(1, 2048 // block_cols)
@@ -470,7 +481,7 @@ def backward_config(n_cols, element_size):
 
     Whole rows come within 3% of the best swept configuration at every shape.
     """
-    block_cols = triton.next_power_of_2(n_cols)
+    block_cols = next_power_of_2(n_cols)
     if block_cols > BACKWARD_MAX_BLOCK:
         return BackwardConfig(Tiles(4, 512, 4), 4, Tiles(1, WIDE_ROW_TILE, MAX_WARPS))
     row_width = max(block_cols, 16)  # narrow rows count as 16 columns (docstring)
@@ -509,7 +520,7 @@ def layernorm_forward(x, gamma, beta, eps, stable, *, save_stats, tiles=None):
         kernel, loop_options = layernorm_forward_looped_kernel, {"NUM_STAGES": num_stages}
     mean, rstd, row_max = stats or (None, None, None)
     with on_device_of(x):
-        kernel[(triton.cdiv(n_rows, block_rows),)](
+        kernel[(cdiv(n_rows, block_rows),)](
             x2d, gamma, beta, y, mean, rstd, row_max,
             n_rows, n_cols, eps,
             x2d.stride(0), x2d.stride(1), _stride(gamma), _stride(beta), y.stride(0),
@@ -525,8 +536,8 @@ def _partial_rows(n_rows, block_rows, groups_wanted, partial_width, device):
     No more partial elements than sum_partial_rows's 32-bit offsets reach.
     """
     groups_wanted = max(1, min(groups_wanted, INT32_LIMIT // max(1, partial_width)))
-    rows_per_group = block_rows * triton.cdiv(triton.cdiv(n_rows, groups_wanted), block_rows)
-    partial = torch.empty((triton.cdiv(n_rows, rows_per_group), partial_width), device=device, dtype=torch.float32)
+    rows_per_group = block_rows * cdiv(cdiv(n_rows, groups_wanted), block_rows)
+    partial = torch.empty((cdiv(n_rows, rows_per_group), partial_width), device=device, dtype=torch.float32)
     return rows_per_group, partial
 
 
@@ -552,7 +563,7 @@ def _backward_two_stages(x2d, gamma, has_beta, grad_y, grad_x, stats, eps, stabl
     """Rows wider than a block: the partial sums kernel, then the dx kernel."""
     n_rows, n_cols = x2d.shape
     block_rows, block_cols, num_warps, num_stages = config.tiles
-    col_blocks = triton.cdiv(n_cols, block_cols)
+    col_blocks = cdiv(n_cols, block_cols)
     rows_per_group, partial = _partial_rows(
         n_rows, block_rows, config.programs_per_sm * multiprocessor_count() // col_blocks, partial_width, x2d.device
     )
@@ -567,13 +578,13 @@ def _backward_two_stages(x2d, gamma, has_beta, grad_y, grad_x, stats, eps, stabl
         BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, NUM_STAGES=num_stages, num_warps=num_warps,
     )
     dx_rows, dx_cols, dx_warps, dx_stages = config.dx_tiles
-    layernorm_backward_dx_kernel[(triton.cdiv(n_rows, dx_rows),)](
+    layernorm_backward_dx_kernel[(cdiv(n_rows, dx_rows),)](
         x2d, gamma, grad_y, stats.mean, stats.rstd, stats.row_max, row_sums, grad_x,
         n_rows, n_cols, col_blocks, eps,
         x2d.stride(0), x2d.stride(1), _stride(gamma), grad_y.stride(0), grad_y.stride(1),
         grad_x.stride(0), row_sums.stride(0),
         HAS_GAMMA=gamma is not None, STABLE=stable,
-        BLOCK_ROWS=dx_rows, BLOCK_COLS=dx_cols, BLOCK_SUMS=min(triton.next_power_of_2(col_blocks), 256),
+        BLOCK_ROWS=dx_rows, BLOCK_COLS=dx_cols, BLOCK_SUMS=min(next_power_of_2(col_blocks), 256),
         NUM_STAGES=dx_stages, num_warps=dx_warps,
     )
     return partial

@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .runtime import multiprocessor_count, num_warps_for
+from .runtime import cdiv, multiprocessor_count, next_power_of_2, num_warps_for
 from .validation import INT32_LIMIT, check_index_range, check_tensor, on_device_of
 
 # Causal loads fetch keys up to the diagonal rounded up to this many columns: a load
@@ -243,7 +243,7 @@ SHORT_ROW_LOOPED_PROGRAMS_PER_SM = 32
 
 def _looped_tiles(n_cols):
     """Tiles of a quarter of the row, at most 16384 values, a warp for every 256 values."""
-    block_cols = min(16384, triton.next_power_of_2(n_cols) // 4)
+    block_cols = min(16384, next_power_of_2(n_cols) // 4)
     return 1, block_cols, min(32, block_cols // 256)
 
 
@@ -258,7 +258,7 @@ def _tiles(n_cols, element_size):
     """
     if n_cols > SINGLE_BLOCK_MAX_COLS:
         return _looped_tiles(n_cols)
-    block_cols = triton.next_power_of_2(n_cols)
+    block_cols = next_power_of_2(n_cols)
     block_rows = max(1, 1024 // block_cols)
     min_warps = 4 if element_size == 4 else 2
     return block_rows, block_cols, max(min_warps, min(16, block_rows * block_cols // 1024))
@@ -337,7 +337,7 @@ def softmax_forward(x, causal, tiles=None):
     strides = (*x3d.stride(), y2d.stride(0))
     with on_device_of(x):
         if block_cols >= n_cols:
-            softmax_forward_kernel[(triton.cdiv(n_rows, block_rows),)](
+            softmax_forward_kernel[(cdiv(n_rows, block_rows),)](
                 x3d, y2d, n_rows, rows_per_matrix, n_cols, *strides,
                 CAUSAL=causal, BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, num_warps=num_warps,
             )
@@ -365,7 +365,7 @@ def softmax_backward(y, grad_y, causal, tiles=None):
     strides = (y2d.stride(0), *grad_y3d.stride(), grad_x2d.stride(0))
     with on_device_of(y):
         if block_cols >= n_cols:
-            softmax_backward_kernel[(triton.cdiv(n_rows, block_rows),)](
+            softmax_backward_kernel[(cdiv(n_rows, block_rows),)](
                 y2d, grad_y3d, grad_x2d, n_rows, rows_per_matrix, n_cols, *strides,
                 CAUSAL=causal, BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, num_warps=num_warps,
             )

@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .runtime import multiprocessor_count, num_warps_for
+from .runtime import cdiv, multiprocessor_count, next_power_of_2, num_warps_for
 from .validation import (
     check_index_range,
     check_same_device_and_dtype,
@@ -127,7 +127,7 @@ def forward_tiles(n_cols, element_size):
     at every shape; more warps only add registers and reduction work. Pipelining the
     column loop (NUM_STAGES > 1) only slowed it.
     """
-    block_cols = min(triton.next_power_of_2(n_cols), 8192 // element_size)
+    block_cols = min(next_power_of_2(n_cols), 8192 // element_size)
     block_rows = max(2, 8192 // element_size // block_cols)
     return block_rows, block_cols, 4, 1
 
@@ -142,7 +142,7 @@ def backward_tiles(n_cols, element_size):
     three deep gained 3-6% (D = 128); elsewhere it gained nothing.
     """
     tile_bytes, row_bytes = (16384, 1024) if element_size == 4 else (8192, 256)
-    block_cols = min(triton.next_power_of_2(n_cols), row_bytes // element_size)
+    block_cols = min(next_power_of_2(n_cols), row_bytes // element_size)
     block_rows = max(1, tile_bytes // element_size // block_cols)
     return block_rows, block_cols, 4, 3 if block_cols >= n_cols else 1
 
@@ -164,9 +164,9 @@ def sum_partial_rows(partial, dtype):
     """
     n_partial_rows, width = partial.shape
     out = torch.empty(width, device=partial.device, dtype=dtype)
-    block_cols = max(16, min(256, triton.next_power_of_2(triton.cdiv(width, multiprocessor_count()))))
-    block_rows = max(1, min(triton.next_power_of_2(n_partial_rows), 4096 // block_cols))
-    column_sum_kernel[(triton.cdiv(width, block_cols),)](
+    block_cols = max(16, min(256, next_power_of_2(cdiv(width, multiprocessor_count()))))
+    block_rows = max(1, min(next_power_of_2(n_partial_rows), 4096 // block_cols))
+    column_sum_kernel[(cdiv(width, block_cols),)](
         partial, out, n_partial_rows, width, partial.stride(0),
         BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols,
     )
@@ -195,7 +195,7 @@ def weighted_sum_forward(x, weight, tiles=None):
     if n_rows == 0:
         return y.reshape(x.shape[:-1])
     block_rows, block_cols, num_warps, num_stages = tiles or forward_tiles(n_cols, x.element_size())
-    grid = (triton.cdiv(n_rows, block_rows),)
+    grid = (cdiv(n_rows, block_rows),)
     # When a row fits in one tile, marking x evict_first sped the forward up by 2-5%
     # on an H200, at these tiles; across several column tiles it cost up to 5% in
     # float32.
@@ -220,12 +220,12 @@ def weighted_sum_backward(x, weight, grad_y, tiles=None):
     if n_rows == 0:
         return grad_x.reshape(x.shape), torch.zeros_like(weight)
     block_rows, block_cols, num_warps, num_stages = tiles or backward_tiles(n_cols, x.element_size())
-    col_blocks = triton.cdiv(n_cols, block_cols)
+    col_blocks = cdiv(n_cols, block_cols)
     # Enough row groups for BACKWARD_PROGRAMS_PER_SM programs a multiprocessor, each a
     # whole number of row tiles; fewer groups mean fewer partial rows to add up after.
     wanted_groups = max(1, BACKWARD_PROGRAMS_PER_SM * multiprocessor_count() // col_blocks)
-    rows_per_program = block_rows * triton.cdiv(triton.cdiv(n_rows, wanted_groups), block_rows)
-    row_groups = triton.cdiv(n_rows, rows_per_program)
+    rows_per_program = block_rows * cdiv(cdiv(n_rows, wanted_groups), block_rows)
+    row_groups = cdiv(n_rows, rows_per_program)
     partial = torch.empty((row_groups, n_cols), device=x.device, dtype=torch.float32)
     with on_device_of(x):
         weighted_sum_backward_kernel[(col_blocks, row_groups)](

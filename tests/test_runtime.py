@@ -45,6 +45,16 @@ def test_num_warps_for(elements, warps):
     assert runtime.num_warps_for(elements) == warps
 
 
+def test_host_integer_helpers_agree_with_triton():
+    # The launchers' own copies, fast on the host; triton's are the reference.
+    import triton
+
+    for n in [0, 1, 2, 3, 4, 5, 7, 8, 9, 1000, 1023, 1024, 1025, 2**31 - 1, 2**31, 2**40 + 3]:
+        assert runtime.next_power_of_2(n) == triton.next_power_of_2(n), n
+        for block in [1, 2, 3, 16, 1000, 2**31]:
+            assert runtime.cdiv(n, block) == triton.cdiv(n, block), (n, block)
+
+
 def test_pick():
     assert runtime.pick(gpu="big", cpu="small") == ("big" if runtime.ON_GPU else "small")
 
