@@ -54,9 +54,9 @@ underflowing when a whole row lies far below -a.
 The log in a = eps * (log k - log T) - f needs no float64: T, a float32 sum, is already
 uncertain in its last bits, and a float32 log adds an error of the same kind, about
 |log T| * 6e-8 (log T <= log n). Multiplied by eps in a, it is divided by the same eps
-in y and in the backward's p: a relative error of at most 1e-6, whatever eps. A
+in y and in the backward's p: a relative error of about 1e-6 at worst, whatever eps. A
 float64 log, a long chain of float64 operations on every iteration's critical path,
-made the forward 10% slower (4096 x 1024 on an H200).
+made the forward 12% slower (48.5 against 43.4 us for 4096 x 1024 on an H200).
 
 Filling the GPU
 ---------------

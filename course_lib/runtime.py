@@ -109,9 +109,9 @@ def pick(*, gpu, cpu):
 
 
 # Host-side integer helpers for launchers. triton.cdiv and triton.next_power_of_2 do
-# the same and also work inside kernels, but cost about 2 us a call on the host
-# (triton 3.6 and 3.7): a launcher calling four of them spent longer on them than on
-# everything else but the launch itself.
+# the same and also work inside kernels, but on the host they cost 0.7 us a call on
+# an H200 machine (triton 3.6) and 2 us on a slower CPU (triton 3.7), against 0.1 us
+# for these; a launcher makes several such calls on every call.
 def cdiv(a, b):
     """Ceiling division of non-negative integers: how many blocks of b cover a."""
     return -(-a // b)
