@@ -49,7 +49,7 @@ from .validation import (
     check_tensor,
     on_device_of,
 )
-from .weighted_sum import sum_partial_rows
+from .weighted_sum import _as_rows, sum_partial_rows
 
 # ---------------------------------------------------------------------------- kernels
 
@@ -490,11 +490,6 @@ def backward_config(n_cols, element_size):
     num_stages = 3 if tile_bytes <= 16384 else 1
     tiles = Tiles(block_rows, block_cols, _warps_for_tile(tile_bytes), num_stages)
     return BackwardConfig(tiles, programs_per_sm=max(1, 16384 // tile_bytes))
-
-
-def _as_rows(x):
-    """View x of shape (..., N) as (M, N) without copying when the strides allow it."""
-    return x.reshape(-1, x.shape[-1])
 
 
 def _stride(tensor):
