@@ -31,7 +31,7 @@ def print_rows(rows):
         )
         memory = f" | peak extra {r['peak_extra_bytes'] / 2**20:.0f} MiB" if "peak_extra_bytes" in r else ""
         print(f"{kernel:>14} {pass_} {dtype:>8} {str(list(shape)):>18} {r['ms'] * 1e3:9.1f} us "
-              f"{r['frac_of_copy']:.2f} C {others}{memory}", flush=True)
+              f"(GPU alone {r['gpu_ms'] * 1e3:7.1f}) {r['frac_of_copy']:.2f} C {others}{memory}", flush=True)
 
 
 def main():

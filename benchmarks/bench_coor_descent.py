@@ -44,10 +44,10 @@ def run(copy_gbps, shapes=SHAPES):
         }
         n_bytes = s.numel() * s.element_size()
         for impl, fn in impls.items():
-            fwd_ms, bwd_ms = forward_backward_ms(fn, s)
+            fwd, bwd = forward_backward_ms(fn, s)
             peak = peak_extra_bytes(fn, s)
-            for pass_, ms, moved in (("fwd", fwd_ms, 2 * n_bytes), ("bwd", bwd_ms, 3 * n_bytes)):
-                result = row("coor_descent", pass_, impl, torch.float32, (n_rows, n_cols), ms, moved, copy_gbps)
+            for pass_, timings, moved in (("fwd", fwd, 2 * n_bytes), ("bwd", bwd, 3 * n_bytes)):
+                result = row("coor_descent", pass_, impl, torch.float32, (n_rows, n_cols), timings, moved, copy_gbps)
                 result["peak_extra_bytes"] = peak
                 rows.append(result)
     return rows

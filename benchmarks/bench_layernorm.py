@@ -28,7 +28,7 @@ def run(copy_gbps, shapes=SHAPES, dtypes=DTYPES):
             n_bytes = x.numel() * x.element_size()
             impls = {"course_lib": layernorm, "torch": torch_layernorm, "torch.compile": fresh_compile(torch_layernorm)}
             for impl, fn in impls.items():
-                fwd_ms, bwd_ms = forward_backward_ms(fn, x, weight, bias)
-                rows.append(row("layernorm", "fwd", impl, dtype, shape, fwd_ms, 2 * n_bytes, copy_gbps))
-                rows.append(row("layernorm", "bwd", impl, dtype, shape, bwd_ms, 3 * n_bytes, copy_gbps))
+                fwd, bwd = forward_backward_ms(fn, x, weight, bias)
+                rows.append(row("layernorm", "fwd", impl, dtype, shape, fwd, 2 * n_bytes, copy_gbps))
+                rows.append(row("layernorm", "bwd", impl, dtype, shape, bwd, 3 * n_bytes, copy_gbps))
     return rows

@@ -35,15 +35,15 @@ def run(copy_gbps, shapes=SHAPES, dtypes=DTYPES, wide_shape=WIDE_SHAPE):
             compiled = fresh_compile(masked_softmax)
             for impl, fn in {"course_lib": lambda t: causal_softmax(t), "torch": lambda t: masked_softmax(t, hidden),
                              "torch.compile": lambda t: compiled(t, hidden)}.items():
-                fwd_ms, bwd_ms = forward_backward_ms(fn, x)
+                fwd, bwd = forward_backward_ms(fn, x)
                 shape = (batch, n, n)
-                rows.append(row("causal_softmax", "fwd", impl, dtype, shape, fwd_ms, 1.5 * matrix_bytes, copy_gbps))
-                rows.append(row("causal_softmax", "bwd", impl, dtype, shape, bwd_ms, 2 * matrix_bytes, copy_gbps))
+                rows.append(row("causal_softmax", "fwd", impl, dtype, shape, fwd, 1.5 * matrix_bytes, copy_gbps))
+                rows.append(row("causal_softmax", "bwd", impl, dtype, shape, bwd, 2 * matrix_bytes, copy_gbps))
         x = torch.randn(wide_shape, device="cuda", dtype=dtype, requires_grad=True)
         n_bytes = x.numel() * x.element_size()
         for impl, fn in {"course_lib": softmax, "torch": plain_softmax,
                          "torch.compile": fresh_compile(plain_softmax)}.items():
-            fwd_ms, bwd_ms = forward_backward_ms(fn, x)
-            rows.append(row("softmax", "fwd", impl, dtype, wide_shape, fwd_ms, 2 * n_bytes, copy_gbps))
-            rows.append(row("softmax", "bwd", impl, dtype, wide_shape, bwd_ms, 3 * n_bytes, copy_gbps))
+            fwd, bwd = forward_backward_ms(fn, x)
+            rows.append(row("softmax", "fwd", impl, dtype, wide_shape, fwd, 2 * n_bytes, copy_gbps))
+            rows.append(row("softmax", "bwd", impl, dtype, wide_shape, bwd, 3 * n_bytes, copy_gbps))
     return rows

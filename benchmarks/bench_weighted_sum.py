@@ -24,7 +24,7 @@ def run(copy_gbps, shapes=SHAPES, dtypes=DTYPES):
             w = torch.randn(shape[-1], device="cuda", dtype=dtype, requires_grad=True)
             n_bytes = x.numel() * x.element_size()
             for impl, fn in {"course_lib": weighted_sum, "torch": matvec, "torch.compile": fresh_compile(matvec)}.items():
-                fwd_ms, bwd_ms = forward_backward_ms(fn, x, w)
-                rows.append(row("weighted_sum", "fwd", impl, dtype, shape, fwd_ms, n_bytes, copy_gbps))
-                rows.append(row("weighted_sum", "bwd", impl, dtype, shape, bwd_ms, 2 * n_bytes, copy_gbps))
+                fwd, bwd = forward_backward_ms(fn, x, w)
+                rows.append(row("weighted_sum", "fwd", impl, dtype, shape, fwd, n_bytes, copy_gbps))
+                rows.append(row("weighted_sum", "bwd", impl, dtype, shape, bwd, 2 * n_bytes, copy_gbps))
     return rows

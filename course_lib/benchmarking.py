@@ -2,12 +2,17 @@
 
 Every number is taken in one run: C, the bandwidth of a large device-to-device copy
 (bytes read plus written over time), is measured beside the kernels, and each row
-reports its bandwidth as a fraction of it.
+reports its bandwidth as a fraction of it. Each row also keeps the GPU's own time of
+the same calls (gpu_only_ms): where it is shorter, the host set the pace.
 """
 
+import functools
 import json
 import re
+import statistics
+import time
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import triton
@@ -30,6 +35,48 @@ def median_ms(fn, rep=200):
     return triton.testing.do_bench(fn, warmup=25, rep=rep, return_mode="median")
 
 
+@functools.cache
+def _sleep_cycles_per_ms():
+    """GPU clock cycles in a millisecond of torch.cuda._sleep, measured once."""
+    cycles = 20_000_000
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    end.synchronize()
+    return cycles / start.elapsed_time(end)
+
+
+def gpu_only_ms(fn, runs=50):
+    """Median time of ``fn`` on the GPU alone, in milliseconds, L2 cleared as in median_ms.
+
+    median_ms times calls back to back, so a call whose host work (Python, autograd,
+    launches) takes longer than its kernels leaves the GPU waiting, and that wait is
+    timed too. Here the GPU sleeps before every call, three times as long as the call
+    takes on the host, so all of the call is queued before its first kernel starts.
+    The difference from median_ms is what the host costs.
+    """
+    cache = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
+    fn()
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    fn()
+    host_ms = (time.perf_counter() - started) * 1e3
+    torch.cuda.synchronize()
+    sleep_cycles = int(max(1.0, 3 * host_ms) * _sleep_cycles_per_ms())
+    times = []
+    for _ in range(runs):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(sleep_cycles)
+        cache.zero_()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
 def fresh_compile(fn):
     """torch.compile(fn) with dynamo's caches cleared: call it once per shape.
 
@@ -41,17 +88,27 @@ def fresh_compile(fn):
     return torch.compile(fn, dynamic=False)
 
 
+class Timings(NamedTuple):
+    """Milliseconds of one pass: median_ms, and gpu_only_ms of the same calls."""
+
+    ms: float
+    gpu_ms: float
+
+
 def forward_backward_ms(fn, *inputs):
-    """Median times of ``fn(*inputs)`` without autograd, and of its backward.
+    """Timings of ``fn(*inputs)`` without autograd, and of its backward.
 
     The backward is torch.autograd.grad with respect to every input, on one forward
     graph kept alive (retain_graph), with a random output gradient.
     """
+    def timings(call):
+        return Timings(median_ms(call), gpu_only_ms(call))
+
     with torch.no_grad():
-        forward = median_ms(lambda: fn(*inputs))
+        forward = timings(lambda: fn(*inputs))
     y = fn(*inputs)
     grad_y = torch.randn_like(y)
-    backward = median_ms(lambda: torch.autograd.grad(y, inputs, grad_y, retain_graph=True))
+    backward = timings(lambda: torch.autograd.grad(y, inputs, grad_y, retain_graph=True))
     return forward, backward
 
 
@@ -64,18 +121,23 @@ def copy_bandwidth_gbps(n_bytes=2**30):
     return 2 * n_bytes / ms / 1e6
 
 
-def row(kernel, pass_, impl, dtype, shape, ms, n_bytes, copy_gbps):
-    """One result in the shape of benchmarks/results/<gpu>.json."""
-    gbps = n_bytes / ms / 1e6
+def row(kernel, pass_, impl, dtype, shape, timings, n_bytes, copy_gbps):
+    """One result in the shape of benchmarks/results/<gpu>.json, from Timings.
+
+    ms, gbps and frac_of_copy come from median_ms, the benchmark's time; gpu_ms and
+    gpu_frac_of_copy from the GPU's own time of the same calls (gpu_only_ms)."""
+    gbps = n_bytes / timings.ms / 1e6
     return {
         "kernel": kernel,
         "pass": pass_,
         "impl": impl,
         "dtype": str(dtype).replace("torch.", ""),
         "shape": [int(s) for s in shape],
-        "ms": ms,
+        "ms": timings.ms,
         "gbps": gbps,
         "frac_of_copy": gbps / copy_gbps,
+        "gpu_ms": timings.gpu_ms,
+        "gpu_frac_of_copy": n_bytes / timings.gpu_ms / 1e6 / copy_gbps,
     }
 
 

@@ -1,15 +1,21 @@
 import json
+import time
 
 import pytest
 import torch
+from conftest import gpu_only
 
 from course_lib import benchmarking
 
 
 def test_row_counts_bandwidth_and_fraction_of_copy():
-    r = benchmarking.row("weighted_sum", "fwd", "course_lib", torch.bfloat16, (4, 8), ms=2.0, n_bytes=6e9, copy_gbps=4000.0)
+    timings = benchmarking.Timings(ms=2.0, gpu_ms=1.5)
+    r = benchmarking.row("weighted_sum", "fwd", "course_lib", torch.bfloat16, (4, 8), timings, n_bytes=6e9,
+                         copy_gbps=4000.0)
     assert r["gbps"] == pytest.approx(3000.0)
-    assert r["frac_of_copy"] == pytest.approx(0.75)
+    assert r["frac_of_copy"] == pytest.approx(0.75)  # from ms, the benchmark's time
+    assert r["ms"] == 2.0 and r["gpu_ms"] == 1.5
+    assert r["gpu_frac_of_copy"] == pytest.approx(1.0)
     assert r["dtype"] == "bfloat16" and r["shape"] == [4, 8]
 
 
@@ -19,7 +25,7 @@ def test_gpu_slug():
 
 
 def test_results_round_trip(tmp_path):
-    rows = [benchmarking.row("weighted_sum", "bwd", "torch", torch.float32, (2, 3), 1.0, 1e6, 100.0)]
+    rows = [benchmarking.row("weighted_sum", "bwd", "torch", torch.float32, (2, 3), benchmarking.Timings(1.0, 0.8), 1e6, 100.0)]
     path = benchmarking.write_results(rows, 100.0, tmp_path / "gpu.json")
     document = json.loads(path.read_text())
     assert set(document) == {"gpu", "torch", "triton", "copy_gbps", "rows"}
@@ -32,3 +38,21 @@ def test_stored_results_have_the_documented_shape():
         for r in document["rows"]:
             assert r["pass"] in ("fwd", "bwd") and r["impl"] in ("course_lib", "torch", "torch.compile")
             assert r["frac_of_copy"] == pytest.approx(r["gbps"] / document["copy_gbps"])
+
+
+@gpu_only
+def test_gpu_only_time_leaves_out_the_host():
+    """A call that spends 2 ms on the host around a short kernel: median_ms times the
+    host, gpu_only_ms the kernel; a long copy, with no host work to speak of, times the same."""
+    x = torch.ones(2**20, device="cuda")
+
+    def host_bound():
+        time.sleep(0.002)
+        return x * 2
+
+    assert benchmarking.median_ms(host_bound, rep=50) > 1.5
+    assert benchmarking.gpu_only_ms(host_bound, runs=10) < 0.5
+    src = torch.randn(2**28 // 4, device="cuda")
+    dst = torch.empty_like(src)
+    copy_ms, copy_gpu_ms = benchmarking.median_ms(lambda: dst.copy_(src)), benchmarking.gpu_only_ms(lambda: dst.copy_(src))
+    assert copy_gpu_ms == pytest.approx(copy_ms, rel=0.1)
