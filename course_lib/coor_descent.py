@@ -252,19 +252,21 @@ def _output_grad(s, dy, a_last, eps_last):
 
 @triton.jit
 def _step_probabilities(s, row_max, a_t, a_next, exp2_scale, logk):
-    """(p, takes_s, p_c) of iteration t: p = softmax(min(s, -a_t) / eps_t), from the
+    """(p, takes_s, mass) of iteration t: p = softmax(min(s, -a_t) / eps_t), from the
     saved a_{t+1} instead of a sum; takes_s where the min took s_j (masked columns:
-    p = 0). Elsewhere the min is -a_t and p is one value, p_c, so the mass there is p_c
-    times a count: a kernel that needs only the mass computes no exponential a column
-    (split rows, 256 x 32768 on an H200: 143 against 154 us with a sum of p).
-    exp2_scale = LOG2E / eps_t, from the schedule: no division on the way."""
+    p = 0); mass = sum_j p_j [s_j > -a_t], this tile's. Where the min is -a_t, p is one
+    value, p_c, so the mass is p_c times a count: a kernel that needs only the mass
+    computes no exponential a column (split rows, 256 x 32768 on an H200: 143 against
+    154 us with a sum of p). exp2_scale = LOG2E / eps_t, from the schedule: no
+    division on the way."""
     f, c = _frame(row_max, a_t)
     offset = ((f + a_next) * exp2_scale - logk * LOG2E).to(tl.float32)
     scale = exp2_scale.to(tl.float32)
     above_f = s - f
     p = tl.exp2(tl.minimum(above_f, c) * scale + offset)
-    p_c = tl.exp2(c * scale + offset)
-    return p, above_f <= c, p_c
+    takes_s = above_f <= c
+    mass = tl.exp2(c * scale + offset) * tl.sum((~takes_s).to(tl.float32), axis=0)
+    return p, takes_s, mass
 
 
 @triton.jit
@@ -311,9 +313,9 @@ def coor_descent_backward_partials_kernel(
     # dy has either sign: the sum cancels, so it is added up in float64.
     tl.store(out, tl.sum(dw.to(tl.float64), axis=0))
     for t in range(1, n_iters):
-        _, takes_s, p_c = _step_probabilities(s, row_max, tl.load(a_row + t - 1), tl.load(a_row + t),
-                                              tl.load(exp2_scale_ptr + t), logk)
-        tl.store(out + t * n_tiles, p_c * tl.sum((~takes_s).to(tl.float32), axis=0))
+        _, _, mass = _step_probabilities(s, row_max, tl.load(a_row + t - 1), tl.load(a_row + t),
+                                         tl.load(exp2_scale_ptr + t), logk)
+        tl.store(out + t * n_tiles, mass)
 
 
 @triton.jit(do_not_specialize=["n_iters"])
@@ -345,13 +347,11 @@ def coor_descent_backward_kernel(
     dlogk = tl.full((), 0.0, tl.float64)
     for i in range(1, n_iters):
         t = n_iters - i
-        p, takes_s, p_c = _step_probabilities(s, row_max, tl.load(a_row + t - 1), tl.load(a_row + t),
-                                             tl.load(exp2_scale_ptr + t), logk)
+        p, takes_s, mass = _step_probabilities(s, row_max, tl.load(a_row + t - 1), tl.load(a_row + t),
+                                               tl.load(exp2_scale_ptr + t), logk)
         ds = tl.where(takes_s, ds - grad_a.to(tl.float32) * p, ds)
-        if SPLIT:
+        if SPLIT:  # this tile's mass is part of the row's
             mass = tl.load(sums_ptr + row64 * n_iters + t)
-        else:
-            mass = p_c * tl.sum((~takes_s).to(tl.float32), axis=0)
         dlogk += grad_a * tl.load(eps_ptr + t)
         grad_a = grad_a * mass
     dlogk += grad_a * tl.load(eps_ptr)

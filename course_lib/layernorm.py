@@ -41,7 +41,7 @@ import triton
 import triton.language as tl
 from torch import nn
 
-from .runtime import cdiv, multiprocessor_count, next_power_of_2
+from .runtime import cdiv, max_shared_memory, multiprocessor_count, next_power_of_2
 from .validation import (
     INT32_LIMIT,
     check_index_range,
@@ -413,20 +413,22 @@ class RowStats(NamedTuple):
 
 # Widest rows held whole in registers (elements); wider rows take the looped forward
 # and the two-stage backward. The backward holds x, dy and two float32 partial sums a
-# column, the forward only x. Both sides were swept at 8192 columns, where whole rows
-# win (forward 0.88 vs 0.83 C in float32, backward 0.71 vs 0.43 C in bfloat16), and the
-# forward's at 32768, where they come within 4% of each other; 16384 was not measured.
-FORWARD_MAX_BLOCK = 16384
+# column, the forward only x, so its rows can be four times as wide.
+FORWARD_MAX_BLOCK = 32768
 BACKWARD_MAX_BLOCK = 8192
 WIDE_ROW_TILE = 8192  # columns a step when the dx kernel walks a wide row
 # Bytes of x a thread holds, from which the tiles' warps follow (see forward_tiles).
 BYTES_A_THREAD = 64
 MAX_WARPS = 16
+FORWARD_MAX_WARPS = 32  # 1024 threads, the most a program may have: whole rows of 32768 float32
+PIPELINE_STAGES = 3  # the whole-row backward's loop over rows, where shared memory allows
+# Shared memory the pipelined backward leaves to the compiler (reductions' scratch).
+SHARED_MEMORY_RESERVE = 16 * 1024
 
 
-def _warps_for_tile(tile_bytes):
-    """BYTES_A_THREAD bytes of the tile a thread, 4 to MAX_WARPS warps."""
-    return max(4, min(MAX_WARPS, tile_bytes // (32 * BYTES_A_THREAD)))
+def _warps_for_tile(tile_bytes, max_warps=MAX_WARPS):
+    """BYTES_A_THREAD bytes of the tile a thread, 4 to max_warps warps."""
+    return max(4, min(max_warps, tile_bytes // (32 * BYTES_A_THREAD)))
 
 
 @functools.cache  # called on every launch: keep the host path short
@@ -435,13 +437,16 @@ def forward_tiles(n_cols, element_size):
 
     From benchmarks/tune_layernorm.py on an H200, as fractions of copy bandwidth C:
 
-    * warps: 64 bytes of x a thread (16 float32 or 32 bfloat16 values), 4 to 16 warps.
-      In bfloat16, 8 warps beat 16 at 8192 columns (0.81 vs 0.74 C) and 4 beat 8 at
-      4096 (0.81 vs 0.78 C).
+    * warps: 64 bytes of x a thread (16 float32 or 32 bfloat16 values), 4 to
+      FORWARD_MAX_WARPS warps. In bfloat16, 8 warps beat 16 at 8192 columns (0.81 vs
+      0.74 C) and 4 beat 8 at 4096 (0.81 vs 0.78 C).
     * narrow rows share a program, up to 2048 values: 2 rows of 1024 bfloat16 on 4
       warps reach 0.73 C, 4 rows on 8 warps 0.65 C.
-    * rows wider than FORWARD_MAX_BLOCK loop over the largest such tile, 16 warps of
-      64 bytes a thread (32 KiB: 8192 float32 or 16384 bfloat16 columns), without
+    * whole rows up to 32768 columns, on 32 warps from 64 KiB: at 32768 float32
+      columns 0.83 C, against 0.79 C on 16 warps and 0.70 C for the looped kernel
+      (which reads each row twice); in bfloat16 0.72 against 0.69 C.
+    * rows wider than FORWARD_MAX_BLOCK loop over the largest tile of 16 warps, 64
+      bytes a thread (32 KiB: 8192 float32 or 16384 bfloat16 columns), without
       pipelining: 0.71 C at 32768 bfloat16 columns, against 0.58 C for tiles of 4096
       columns and 0.62 C with two stages.
 
@@ -452,26 +457,29 @@ def forward_tiles(n_cols, element_size):
     if block_cols > FORWARD_MAX_BLOCK:
         return Tiles(1, MAX_WARPS * 32 * BYTES_A_THREAD // element_size, MAX_WARPS)
     block_rows = max(1, 2048 // block_cols)
-    return Tiles(block_rows, block_cols, _warps_for_tile(block_rows * block_cols * element_size))
+    return Tiles(block_rows, block_cols, _warps_for_tile(block_rows * block_cols * element_size, FORWARD_MAX_WARPS))
 
 
 @functools.cache  # called on every launch: keep the host path short
-def backward_config(n_cols, element_size):
+def backward_config(n_cols, element_size, shared_memory=None):
     """BackwardConfig for rows of ``n_cols`` elements of ``element_size`` bytes.
 
-    From benchmarks/tune_layernorm.py on an H200, as fractions of copy bandwidth C:
+    ``shared_memory``: the bytes a program may use; None for this GPU's
+    (runtime.max_shared_memory). From benchmarks/tune_layernorm.py on an H200, as
+    fractions of copy bandwidth C:
 
     * whole rows: tiles of up to 4096 values, warps as in the forward.
-    * the loop over rows pipelined 3 deep, with programs_per_sm such that each
-      multiprocessor loads 16 KiB of x (and as much of dy) a stage. Rows of 8192
+    * the loop over rows pipelined PIPELINE_STAGES deep, with programs_per_sm such that
+      each multiprocessor loads 16 KiB of x (and as much of dy) a stage. Rows of 8192
       bfloat16 reach 0.71 C, against 0.55 C unpipelined and 0.60 C with two programs
       a multiprocessor; the old 16 warps unpipelined gave 0.49 C.
     * pipelining keeps two more tiles of x and of dy in shared memory: 64 KiB for
       16 KiB tiles, which every GPU Triton runs on has (L4 and RTX GPUs give a
-      program 99 KiB). The 32 KiB tiles of float32 rows of 8192 would need 128 KiB, so
-      they run unpipelined: 0.80 C, against 0.81 C pipelined on the H200. The rows'
-      float32 mean, rstd and maximum are pipelined too, 12 bytes a row: rows count as
-      at least 16 columns wide, or 4096 rows of one column would need 160 KiB.
+      program 99 KiB). The 32 KiB tiles of float32 rows of 8192 need 128 KiB: they
+      are pipelined where the GPU has it (A100, H100, H200; 0.81 C against 0.68 C
+      unpipelined at 4096 x 8192) and run unpipelined elsewhere. The rows' float32
+      mean, rstd and maximum are pipelined too, 12 bytes a row: rows count as at
+      least 16 columns wide, or 4096 rows of one column would need 160 KiB.
     * wide rows: chapter 1's partial-sum tiles of 4 x 512, 4 programs a
       multiprocessor, then the dx kernel walking WIDE_ROW_TILE columns a step on 16
       warps, 1% ahead of the old 4096 columns on 8: 0.47 C (bfloat16) to 0.57 C
@@ -487,9 +495,16 @@ def backward_config(n_cols, element_size):
     row_width = max(block_cols, 16)  # narrow rows count as 16 columns (docstring)
     block_rows = max(1, 4096 // row_width)
     tile_bytes = block_rows * row_width * element_size
-    num_stages = 3 if tile_bytes <= 16384 else 1
-    tiles = Tiles(block_rows, block_cols, _warps_for_tile(tile_bytes), num_stages)
+    if shared_memory is None:
+        shared_memory = max_shared_memory()
+    fits = pipeline_shared_bytes(block_rows, row_width, element_size) + SHARED_MEMORY_RESERVE <= shared_memory
+    tiles = Tiles(block_rows, block_cols, _warps_for_tile(tile_bytes), PIPELINE_STAGES if fits else 1)
     return BackwardConfig(tiles, programs_per_sm=max(1, 16384 // tile_bytes))
+
+
+def pipeline_shared_bytes(block_rows, row_width, element_size, num_stages=PIPELINE_STAGES):
+    """Shared memory of the backward's pipeline: num_stages - 1 more tiles of x and dy, and of the row stats."""
+    return (num_stages - 1) * block_rows * (2 * row_width * element_size + 3 * 4)
 
 
 def _stride(tensor):

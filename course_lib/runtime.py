@@ -9,6 +9,7 @@ runs, so this module must be imported before any kernel module: ``course_lib``'s
 """
 
 import functools
+import math
 import os
 import sys
 import warnings
@@ -101,6 +102,18 @@ def multiprocessor_count():
     if ON_GPU:
         return torch.cuda.get_device_properties(DEVICE).multi_processor_count
     return 4  # the interpreter runs programs one by one; a few keep grids small
+
+
+@functools.cache
+def max_shared_memory():
+    """Bytes of shared memory one program may use: Triton's own limit for this GPU.
+
+    Pipelined loops keep their next tiles there, so launchers ask before pipelining
+    deep; the interpreter has no such limit.
+    """
+    if ON_GPU:
+        return triton.runtime.driver.active.utils.get_device_properties(DEVICE.index or 0)["max_shared_mem"]
+    return math.inf
 
 
 def pick(*, gpu, cpu):

@@ -6,6 +6,9 @@ import torch
 from conftest import DTYPES, TOLERANCES, assert_matches, gpu_only, poison_cached_memory
 from course_lib import references
 from course_lib.layernorm import (
+    BACKWARD_MAX_BLOCK,
+    FORWARD_MAX_BLOCK,
+    SHARED_MEMORY_RESERVE,
     BackwardConfig,
     LayerNorm,
     Tiles,
@@ -13,6 +16,7 @@ from course_lib.layernorm import (
     forward_tiles,
     layernorm,
     layernorm_forward,
+    pipeline_shared_bytes,
 )
 from course_lib.runtime import DEVICE
 
@@ -283,20 +287,31 @@ def test_tiles_are_powers_of_two(n_cols, element_size):
             assert value >= 1 and value & (value - 1) == 0
         assert tiles.num_stages >= 1
     assert config.programs_per_sm >= 1
-    if n_cols <= 8192:  # rows this wide sit whole in registers
+    if n_cols <= FORWARD_MAX_BLOCK:  # rows this wide sit whole in registers
         assert forward_tiles(n_cols, element_size).block_cols >= n_cols
+    if n_cols <= BACKWARD_MAX_BLOCK:
         assert config.tiles.block_cols >= n_cols
 
 
+L4_SHARED, A100_SHARED, H100_SHARED = 99 * 1024, 163 * 1024, 227 * 1024  # bytes a program may use
+
+
+@pytest.mark.parametrize("shared_memory", [L4_SHARED, A100_SHARED, H100_SHARED])
 @pytest.mark.parametrize("n_cols", [1, 2, 16, 100, 1024, 4096, 8192, 2**17])
 @pytest.mark.parametrize("element_size", [2, 4])
-def test_backward_pipeline_fits_the_shared_memory_of_every_supported_gpu(n_cols, element_size):
-    # Pipelining num_stages deep keeps num_stages - 1 more tiles of x and of dy, and of
-    # each row's float32 mean, rstd and maximum, in shared memory; L4 and RTX GPUs give
-    # a program 99 KiB.
-    tiles = backward_config(n_cols, element_size).tiles
-    bytes_a_row = 2 * tiles.block_cols * element_size + 3 * 4
-    assert (tiles.num_stages - 1) * tiles.block_rows * bytes_a_row <= 99 * 1024
+def test_backward_pipeline_fits_the_gpus_shared_memory(n_cols, element_size, shared_memory):
+    tiles = backward_config(n_cols, element_size, shared_memory).tiles
+    row_width = max(tiles.block_cols, 16)
+    used = pipeline_shared_bytes(tiles.block_rows, row_width, element_size, tiles.num_stages)
+    assert used + SHARED_MEMORY_RESERVE <= shared_memory
+    if element_size == 2 and n_cols <= 8192:  # 16 KiB tiles: pipelined on every supported GPU
+        assert tiles.num_stages > 1
+
+
+def test_float32_rows_of_8192_are_pipelined_only_where_they_fit():
+    assert backward_config(8192, 4, H100_SHARED).tiles.num_stages > 1
+    assert backward_config(8192, 4, A100_SHARED).tiles.num_stages > 1
+    assert backward_config(8192, 4, L4_SHARED).tiles.num_stages == 1
 
 
 # --------------------------------------------------------------------------- module
@@ -446,9 +461,12 @@ def test_grad_gamma_and_grad_beta_are_bitwise_deterministic(n_cols, stable):
 @gpu_only
 @pytest.mark.parametrize("stable", [False, True], ids=["plain", "stable"])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_wide_rows(dtype, stable):
-    x = random_rows((5, 2**17), dtype)
-    check_forward_and_backward(x, *random_params(2**17, dtype), dtype, stable=stable)
+@pytest.mark.parametrize("shape", [(400, 8192), (400, 20000), (300, 32768), (5, 2**17)], ids=str)
+def test_wide_rows(shape, dtype, stable):
+    # The widest pipelined backward, whole rows of the forward on up to 32 warps
+    # (padded and not), and both looped kernels.
+    x = random_rows(shape, dtype)
+    check_forward_and_backward(x, *random_params(shape[-1], dtype), dtype, stable=stable)
 
 
 @gpu_only
