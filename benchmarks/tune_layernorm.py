@@ -41,7 +41,7 @@ def _values_a_thread(tiles):
 def forward_candidates(n_cols):
     width = triton.next_power_of_2(n_cols)
     if width <= 32768:  # whole rows in registers
-        for rows, warps in itertools.product([1, 2, 4, 8, 16], [2, 4, 8, 16]):
+        for rows, warps in itertools.product([1, 2, 4, 8, 16], [2, 4, 8, 16, 32]):
             tiles = Tiles(rows, width, warps)
             if (rows == 1 or rows * width <= 16384) and 4 <= _values_a_thread(tiles) <= 64:
                 yield tiles
