@@ -424,6 +424,8 @@ FORWARD_MAX_WARPS = 32  # 1024 threads, the most a program may have: whole rows 
 PIPELINE_STAGES = 3  # the whole-row backward's loop over rows, where shared memory allows
 # Shared memory the pipelined backward leaves to the compiler (reductions' scratch).
 SHARED_MEMORY_RESERVE = 16 * 1024
+# The backward's tiles count narrower rows as this wide (backward_config's docstring).
+NARROW_ROW_WIDTH = 16
 
 
 def _warps_for_tile(tile_bytes, max_warps=MAX_WARPS):
@@ -492,19 +494,22 @@ def backward_config(n_cols, element_size, shared_memory=None):
     block_cols = next_power_of_2(n_cols)
     if block_cols > BACKWARD_MAX_BLOCK:
         return BackwardConfig(Tiles(4, 512, 4), 4, Tiles(1, WIDE_ROW_TILE, MAX_WARPS))
-    row_width = max(block_cols, 16)  # narrow rows count as 16 columns (docstring)
+    row_width = max(block_cols, NARROW_ROW_WIDTH)
     block_rows = max(1, 4096 // row_width)
     tile_bytes = block_rows * row_width * element_size
     if shared_memory is None:
         shared_memory = max_shared_memory()
-    fits = pipeline_shared_bytes(block_rows, row_width, element_size) + SHARED_MEMORY_RESERVE <= shared_memory
-    tiles = Tiles(block_rows, block_cols, _warps_for_tile(tile_bytes), PIPELINE_STAGES if fits else 1)
+    tiles = Tiles(block_rows, block_cols, _warps_for_tile(tile_bytes), PIPELINE_STAGES)
+    if pipeline_shared_bytes(tiles, element_size) + SHARED_MEMORY_RESERVE > shared_memory:
+        tiles = tiles._replace(num_stages=1)
     return BackwardConfig(tiles, programs_per_sm=max(1, 16384 // tile_bytes))
 
 
-def pipeline_shared_bytes(block_rows, row_width, element_size, num_stages=PIPELINE_STAGES):
-    """Shared memory of the backward's pipeline: num_stages - 1 more tiles of x and dy, and of the row stats."""
-    return (num_stages - 1) * block_rows * (2 * row_width * element_size + 3 * 4)
+def pipeline_shared_bytes(tiles, element_size):
+    """Shared memory of the backward's pipeline on ``tiles``: num_stages - 1 more tiles of
+    x and dy, and of the row stats (rows count as at least NARROW_ROW_WIDTH columns)."""
+    row_width = max(tiles.block_cols, NARROW_ROW_WIDTH)
+    return (tiles.num_stages - 1) * tiles.block_rows * (2 * row_width * element_size + 3 * 4)
 
 
 def _stride(tensor):

@@ -132,7 +132,7 @@ def forward_tiles(n_cols, element_size):
     """
     block_cols = min(next_power_of_2(n_cols), 8192 // element_size)
     block_rows = max(2, 8192 // element_size // block_cols)
-    whole_16bit_rows = element_size == 2 and block_rows * block_cols * element_size <= 8192
+    whole_16bit_rows = element_size == 2 and block_cols <= 2048  # 8 KiB tiles of whole rows
     return block_rows, block_cols, 2 if whole_16bit_rows else 4, 1
 
 

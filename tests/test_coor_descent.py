@@ -18,6 +18,7 @@ SETTINGS = [
     dict(n_iters=50, **ISSUE_SETTINGS),
     dict(n_iters=7, eps=0.5, eps_init=2.0, eps_decay=0.9),
     dict(n_iters=1, eps=0.2),
+    dict(n_iters=2, eps=0.3, eps_init=1.0, eps_decay=0.5),  # one step back: a pair with one member
 ]
 SHAPES = [(1,), (3, 2), (2, 3, 3), (17,), (3, 17), (2, 3, 17), (2, 1000)] + pick(
     gpu=[(64, 4099), (8, 16384), (5, 20000), (3, 70001)], cpu=[]
@@ -264,6 +265,7 @@ def test_plans_are_valid(n_rows, n_cols):
         assert ON_GPU and plan.tiles * plan.row_programs <= module.multiprocessor_count()
     backward = module.backward_plan(n_rows, n_cols)
     assert backward.block * backward.tiles >= n_cols > backward.block * (backward.tiles - 1)
+    assert backward.block <= module.MAX_COUNTED_TILE
 
 
 def test_refuses_a_plan_that_would_hang():
@@ -272,6 +274,26 @@ def test_refuses_a_plan_that_would_hang():
     too_many = module.ForwardPlan(8, 8, 2 * module.multiprocessor_count(), 1, True)
     with pytest.raises(ValueError, match="would hang: split rows in one launch wait on each other"):
         module.coor_descent_forward(s, None, 1.0, schedule, too_many)
+
+
+def test_refuses_a_backward_tile_too_wide_for_its_counts():
+    s = torch.randn(2, 64, device=DEVICE)
+    schedule = module.eps_schedule(5, 0.1, None, 1.0, s.device)
+    y, a, row_max = module.coor_descent_forward(s, None, 1.0, schedule)
+    too_wide = module.BackwardPlan(2**16, 1, 4)
+    with pytest.raises(ValueError, match="more than 65535 columns"):
+        module.coor_descent_backward(s, None, 1.0, schedule, a, row_max, torch.randn_like(s), too_wide)
+
+
+def test_counts_up_to_the_widest_whole_row():
+    # The backward counts two iterations in the 16-bit halves of one int32: with k
+    # near n almost every column lies above -a_t, and a count of the widest whole
+    # row (BACKWARD_ROW_BLOCK_MAX columns) must not spill into the other half.
+    n = module.BACKWARD_ROW_BLOCK_MAX
+    assert module.backward_plan(2, n).tiles == 1
+    s = torch.randn(2, n, device=DEVICE)
+    k = torch.tensor([n - 3.0, n / 2], device=DEVICE, requires_grad=True)
+    check_against_reference(s, k, dict(n_iters=6, eps=0.5))
 
 
 # ----------------------------------------------------------------------- GPU only

@@ -68,10 +68,15 @@ def check_forward_and_backward(x, gamma, beta, dtype, eps=1e-5, stable=False):
     assert_matches(y, y64.detach(), dtype, what="y")
     # dx is rstd times a difference of terms of size |gamma * dy|: its rounding error
     # grows with both, and a row of one column has rstd = 1/sqrt(eps), about 316.
-    z = x64.detach() / x64.detach().amax(-1, keepdim=True) if stable else x64.detach()
+    # stable=True then divides by the row maximum m (z = x / m), and so does the error:
+    # one rounding of gamma * dy in a row of one column (true dx 0) gave 1.6e-3.
+    row_max = x64.detach().amax(-1, keepdim=True)
+    z = x64.detach() / row_max if stable else x64.detach()
     rstd = (z.var(-1, unbiased=False) + eps).rsqrt().max().item()
+    through_max = 1 / row_max.abs().min().item() if stable else 1.0
     weighted_grad = grad_y.double() * (gamma64.detach() if gamma is not None else 1.0)
-    assert_matches(x.grad, x64.grad, dtype, what="dx", scale=max(1.0, rstd * weighted_grad.abs().max().item()))
+    scale = max(1.0, rstd * weighted_grad.abs().max().item() * through_max)
+    assert_matches(x.grad, x64.grad, dtype, what="dx", scale=scale)
     if gamma is not None:
         assert_matches(gamma.grad, gamma64.grad, dtype, length=n_rows, what="dgamma")
     if beta is not None:
@@ -301,9 +306,7 @@ L4_SHARED, A100_SHARED, H100_SHARED = 99 * 1024, 163 * 1024, 227 * 1024  # bytes
 @pytest.mark.parametrize("element_size", [2, 4])
 def test_backward_pipeline_fits_the_gpus_shared_memory(n_cols, element_size, shared_memory):
     tiles = backward_config(n_cols, element_size, shared_memory).tiles
-    row_width = max(tiles.block_cols, 16)
-    used = pipeline_shared_bytes(tiles.block_rows, row_width, element_size, tiles.num_stages)
-    assert used + SHARED_MEMORY_RESERVE <= shared_memory
+    assert pipeline_shared_bytes(tiles, element_size) + SHARED_MEMORY_RESERVE <= shared_memory
     if element_size == 2 and n_cols <= 8192:  # 16 KiB tiles: pipelined on every supported GPU
         assert tiles.num_stages > 1
 
