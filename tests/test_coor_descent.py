@@ -279,7 +279,7 @@ def test_refuses_a_plan_that_would_hang():
 def test_refuses_a_backward_tile_too_wide_for_its_counts():
     s = torch.randn(2, 64, device=DEVICE)
     schedule = module.eps_schedule(5, 0.1, None, 1.0, s.device)
-    y, a, row_max = module.coor_descent_forward(s, None, 1.0, schedule)
+    _, a, row_max = module.coor_descent_forward(s, None, 1.0, schedule)
     too_wide = module.BackwardPlan(2**16, 1, 4)
     with pytest.raises(ValueError, match="more than 65535 columns"):
         module.coor_descent_backward(s, None, 1.0, schedule, a, row_max, torch.randn_like(s), too_wide)
