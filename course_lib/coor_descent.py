@@ -410,10 +410,11 @@ MAX_COUNTED_TILE = 2**16 - 1  # _count_two's 16-bit counts: the widest backward 
 # reduction crosses, the shorter the chain. Whole rows all run at once at these sizes,
 # so fewer warps cost no parallelism: 1 warp for 4096 columns took 42 us, 8 warps
 # 68 us (1024 x 4096). A split tile is one of few programs and needs more warps (4 for
-# 4096 columns: 47 against 67 us at 8); the backward too (2 for 1024, 4 for 4096).
+# 4096 columns: 47 against 67 us at 8); the backward too (1 for 1024: 54.9 against
+# 60.1 us at 2 for 4096 x 1024; 4 for 4096: 56.4 against 66.0 us at 8).
 ROW_COLUMNS_PER_WARP = 4096
 TILE_COLUMNS_PER_WARP = 1024
-MIN_TILE_WARPS, MIN_BACKWARD_WARPS = 4, 2
+MIN_TILE_WARPS = 4
 # The backward holds s, dy and ds: 32 values of each a thread at these warps. Left to
 # itself the compiler takes 161 registers a thread for rows of 4096 (3 programs of 4
 # warps a multiprocessor); capped at 128 it spills nothing and fits 4, and 1024 x 4096
@@ -465,7 +466,7 @@ def forward_plan(n_rows, n_cols):
 def backward_plan(n_rows, n_cols):
     """Whole rows when they fit in registers, else tiles of BACKWARD_SPLIT_TILE."""
     block = next_power_of_2(n_cols) if n_cols <= BACKWARD_ROW_BLOCK_MAX else BACKWARD_SPLIT_TILE
-    return BackwardPlan(block, cdiv(n_cols, block), warps_for(block, TILE_COLUMNS_PER_WARP, MIN_BACKWARD_WARPS))
+    return BackwardPlan(block, cdiv(n_cols, block), warps_for(block, TILE_COLUMNS_PER_WARP))
 
 
 @functools.lru_cache(maxsize=64)

@@ -70,23 +70,33 @@ def _key_end(row, rows_per_matrix, n_cols, CAUSAL: tl.constexpr):
 
 
 @triton.jit
-def softmax_forward_kernel(
-    x_ptr, y_ptr,
-    n_rows, rows_per_matrix, n_cols,
+def _hide_fetched_keys(x, visible, CAUSAL: tl.constexpr):
+    """-inf at keys fetched but not visible: causal keys past the diagonal that share its
+    FETCH_GROUP. Without a causal mask every fetched key is visible and the loads'
+    other=-inf already covers the row's end, so no select is spent. On an H200 that
+    select cost the plain forward 0.61 against 0.60 C at 2**17 columns in bfloat16,
+    0.68 against 0.64 C in float32, and 0.81 against 0.44 C at 1000 columns in bfloat16."""
+    if CAUSAL:
+        x = tl.where(visible, x, float("-inf"))
+    return x
+
+
+@triton.jit
+def _softmax_rows(
+    x_ptr, y_ptr, rows, row_mask, rows_per_matrix, n_cols,
     stride_x_matrix, stride_x_row, stride_x_col, stride_y_row,
-    CAUSAL: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
+    CAUSAL: tl.constexpr, BLOCK_COLS: tl.constexpr, ROW_BLOCK_COLS: tl.constexpr,
 ):
-    """One program normalises BLOCK_ROWS whole rows held in registers (n_cols <= BLOCK_COLS)."""
-    rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    """Normalise ``rows`` whose visible keys all lie in the first BLOCK_COLS columns;
+    columns BLOCK_COLS .. ROW_BLOCK_COLS, all hidden, get zeros without being read."""
     cols = tl.arange(0, BLOCK_COLS)
-    row_mask = (rows < n_rows)[:, None]
     visible, fetch = _key_masks(rows[:, None], cols[None, :], rows_per_matrix, n_cols, CAUSAL)
     x_offsets = (_row_offsets(rows, rows_per_matrix, stride_x_matrix, stride_x_row)[:, None]
                  + cols.to(tl.int64)[None, :] * stride_x_col)
     # Masked-off lanes fetch nothing: of the upper triangle, only the keys that share
     # a FETCH_GROUP with the diagonal are read.
-    x = tl.load(x_ptr + x_offsets, mask=row_mask & fetch, other=float("-inf"))
-    x = tl.where(visible, x.to(tl.float32), float("-inf"))
+    x = tl.load(x_ptr + x_offsets, mask=row_mask & fetch, other=float("-inf")).to(tl.float32)
+    x = _hide_fetched_keys(x, visible, CAUSAL)
 
     row_max = tl.max(x, axis=1)
     # A row with no finite visible key has max -inf: shift by 0 instead, so that exp
@@ -100,8 +110,46 @@ def softmax_forward_kernel(
     # (on `visible`, or on numerator == 0) cost 10-25% in bfloat16 on an H200: `visible`
     # must then live in registers across both reductions.
     y = numerator * inverse_total[:, None]
-    y_offsets = rows.to(tl.int64)[:, None] * stride_y_row + cols[None, :]
-    tl.store(y_ptr + y_offsets, y.to(y_ptr.dtype.element_ty), mask=row_mask & (cols < n_cols)[None, :])
+    y_row_ptrs = y_ptr + rows.to(tl.int64)[:, None] * stride_y_row
+    tl.store(y_row_ptrs + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=row_mask & (cols < n_cols)[None, :])
+    for start in tl.static_range(BLOCK_COLS, ROW_BLOCK_COLS, BLOCK_COLS):
+        hidden_cols = start + cols
+        tl.store(y_row_ptrs + hidden_cols[None, :], tl.zeros((1, BLOCK_COLS), y_ptr.dtype.element_ty),
+                 mask=row_mask & (hidden_cols < n_cols)[None, :])
+
+
+@triton.jit
+def softmax_forward_kernel(
+    x_ptr, y_ptr,
+    n_rows, rows_per_matrix, n_cols,
+    stride_x_matrix, stride_x_row, stride_x_col, stride_y_row,
+    CAUSAL: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
+):
+    """One program normalises BLOCK_ROWS whole rows held in registers (n_cols <= BLOCK_COLS).
+
+    Causal queries in the first half of their matrix see only the first half of the
+    keys. A program holding only such rows works on a block half as wide and writes
+    zeros to the rest: a quarter of all the arithmetic is saved, and in 16-bit types
+    the arithmetic, not the bytes, sets the pace (see LOG2E). On an H200 in bfloat16:
+    0.87 against 0.84 C at n = 1024, 0.93 against 0.86 C at n = 4096 and 8192. In
+    float32, bound by bytes, nothing changed.
+    """
+    rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    row_mask = (rows < n_rows)[:, None]
+    if CAUSAL and BLOCK_COLS >= 2 * FETCH_GROUP:
+        last_query = tl.max(tl.where(rows < n_rows, rows % rows_per_matrix, 0), axis=0)
+        if last_query < BLOCK_COLS // 2:
+            _softmax_rows(x_ptr, y_ptr, rows, row_mask, rows_per_matrix, n_cols,
+                          stride_x_matrix, stride_x_row, stride_x_col, stride_y_row,
+                          CAUSAL, BLOCK_COLS // 2, BLOCK_COLS)
+        else:
+            _softmax_rows(x_ptr, y_ptr, rows, row_mask, rows_per_matrix, n_cols,
+                          stride_x_matrix, stride_x_row, stride_x_col, stride_y_row,
+                          CAUSAL, BLOCK_COLS, BLOCK_COLS)
+    else:
+        _softmax_rows(x_ptr, y_ptr, rows, row_mask, rows_per_matrix, n_cols,
+                      stride_x_matrix, stride_x_row, stride_x_col, stride_y_row,
+                      CAUSAL, BLOCK_COLS, BLOCK_COLS)
 
 
 @triton.jit
@@ -160,8 +208,8 @@ def softmax_forward_looped_kernel(
             visible, fetch = _key_masks(row, cols, rows_per_matrix, n_cols, CAUSAL)
             # evict_last: pass 2 reads the row again, so keep it in L2 while it fits.
             x = tl.load(x_row_ptr + cols.to(tl.int64) * stride_x_col, mask=fetch, other=float("-inf"),
-                        eviction_policy="evict_last")
-            x = tl.where(visible, x.to(tl.float32), float("-inf"))
+                        eviction_policy="evict_last").to(tl.float32)
+            x = _hide_fetched_keys(x, visible, CAUSAL)
             new_max = tl.maximum(running_max, tl.max(x, axis=0))
             shift = tl.where(new_max == float("-inf"), 0.0, new_max)  # no NaN, as in the one-block kernel
             sums = sums * tl.exp2((running_max - shift) * LOG2E) + tl.exp2((x - shift) * LOG2E)
@@ -177,8 +225,8 @@ def softmax_forward_looped_kernel(
             cols = (n_tiles - 1 - tile) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
             visible, fetch = _key_masks(row, cols, rows_per_matrix, n_cols, CAUSAL)
             x = tl.load(x_row_ptr + cols.to(tl.int64) * stride_x_col, mask=fetch, other=float("-inf"),
-                        eviction_policy="evict_first")
-            x = tl.where(visible, x.to(tl.float32), float("-inf"))
+                        eviction_policy="evict_first").to(tl.float32)
+            x = _hide_fetched_keys(x, visible, CAUSAL)
             y = tl.exp2((x - shift) * LOG2E) * inverse_total  # 0 at hidden keys, as above
             tl.store(y_row_ptr + cols, y.to(y_ptr.dtype.element_ty), mask=cols < n_cols,
                      eviction_policy="evict_first")
