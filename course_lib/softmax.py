@@ -70,15 +70,16 @@ def _key_end(row, rows_per_matrix, n_cols, CAUSAL: tl.constexpr):
 
 
 @triton.jit
-def _hide_fetched_keys(x, visible, CAUSAL: tl.constexpr):
-    """-inf at keys fetched but not visible: causal keys past the diagonal that share its
-    FETCH_GROUP. Without a causal mask every fetched key is visible and the loads'
-    other=-inf already covers the row's end, so no select is spent. On an H200 that
-    select cost the plain forward 0.61 against 0.60 C at 2**17 columns in bfloat16,
-    0.68 against 0.64 C in float32, and 0.81 against 0.44 C at 1000 columns in bfloat16."""
+def _hide_fetched_keys(values, visible, hidden_value, CAUSAL: tl.constexpr):
+    """``hidden_value`` at keys fetched but not visible: causal keys past the diagonal
+    that share its FETCH_GROUP. Without a causal mask every fetched key is visible and
+    the loads' ``other`` already covers the row's end, so no select is spent. On an
+    H200 that select cost the plain forward 0.61 against 0.60 C at 2**17 columns in
+    bfloat16, 0.68 against 0.64 C in float32, and 0.81 against 0.44 C at 1000 columns
+    in bfloat16."""
     if CAUSAL:
-        x = tl.where(visible, x, float("-inf"))
-    return x
+        values = tl.where(visible, values, hidden_value)
+    return values
 
 
 @triton.jit
@@ -96,7 +97,7 @@ def _softmax_rows(
     # Masked-off lanes fetch nothing: of the upper triangle, only the keys that share
     # a FETCH_GROUP with the diagonal are read.
     x = tl.load(x_ptr + x_offsets, mask=row_mask & fetch, other=float("-inf")).to(tl.float32)
-    x = _hide_fetched_keys(x, visible, CAUSAL)
+    x = _hide_fetched_keys(x, visible, float("-inf"), CAUSAL)
 
     row_max = tl.max(x, axis=1)
     # A row with no finite visible key has max -inf: shift by 0 instead, so that exp
@@ -171,7 +172,7 @@ def softmax_backward_kernel(
     grad_y = tl.load(grad_y_ptr + grad_y_offsets, mask=row_mask & fetch, other=0.0)
     y = y.to(tl.float32)
     # Fetched keys past the diagonal are dropped: grad_y there may hold anything.
-    grad_y = tl.where(visible, grad_y.to(tl.float32), 0.0)
+    grad_y = _hide_fetched_keys(grad_y.to(tl.float32), visible, 0.0, CAUSAL)
 
     dot = tl.sum(y * grad_y, axis=1)
     # No select, as in the forward: at hidden keys y = 0 (the forward wrote it) and
@@ -209,7 +210,7 @@ def softmax_forward_looped_kernel(
             # evict_last: pass 2 reads the row again, so keep it in L2 while it fits.
             x = tl.load(x_row_ptr + cols.to(tl.int64) * stride_x_col, mask=fetch, other=float("-inf"),
                         eviction_policy="evict_last").to(tl.float32)
-            x = _hide_fetched_keys(x, visible, CAUSAL)
+            x = _hide_fetched_keys(x, visible, float("-inf"), CAUSAL)
             new_max = tl.maximum(running_max, tl.max(x, axis=0))
             shift = tl.where(new_max == float("-inf"), 0.0, new_max)  # no NaN, as in the one-block kernel
             sums = sums * tl.exp2((running_max - shift) * LOG2E) + tl.exp2((x - shift) * LOG2E)
@@ -226,7 +227,7 @@ def softmax_forward_looped_kernel(
             visible, fetch = _key_masks(row, cols, rows_per_matrix, n_cols, CAUSAL)
             x = tl.load(x_row_ptr + cols.to(tl.int64) * stride_x_col, mask=fetch, other=float("-inf"),
                         eviction_policy="evict_first").to(tl.float32)
-            x = _hide_fetched_keys(x, visible, CAUSAL)
+            x = _hide_fetched_keys(x, visible, float("-inf"), CAUSAL)
             y = tl.exp2((x - shift) * LOG2E) * inverse_total  # 0 at hidden keys, as above
             tl.store(y_row_ptr + cols, y.to(y_ptr.dtype.element_ty), mask=cols < n_cols,
                      eviction_policy="evict_first")
@@ -256,7 +257,7 @@ def softmax_backward_looped_kernel(
             y = tl.load(y_row_ptr + cols, mask=fetch, other=0.0, eviction_policy="evict_last")
             grad_y = tl.load(grad_y_row_ptr + cols.to(tl.int64) * stride_grad_y_col, mask=fetch, other=0.0,
                              eviction_policy="evict_last")
-            partial_dots += tl.where(visible, y.to(tl.float32) * grad_y.to(tl.float32), 0.0)
+            partial_dots += _hide_fetched_keys(y.to(tl.float32) * grad_y.to(tl.float32), visible, 0.0, CAUSAL)
         dot = tl.sum(partial_dots, axis=0)
 
         n_tiles = tl.cdiv(key_end, BLOCK_COLS)
@@ -266,7 +267,7 @@ def softmax_backward_looped_kernel(
             y = tl.load(y_row_ptr + cols, mask=fetch, other=0.0, eviction_policy="evict_first")
             grad_y = tl.load(grad_y_row_ptr + cols.to(tl.int64) * stride_grad_y_col, mask=fetch, other=0.0,
                              eviction_policy="evict_first")
-            grad_x = tl.where(visible, y.to(tl.float32) * (grad_y.to(tl.float32) - dot), 0.0)
+            grad_x = _hide_fetched_keys(y.to(tl.float32) * (grad_y.to(tl.float32) - dot), visible, 0.0, CAUSAL)
             tl.store(grad_x_row_ptr + cols, grad_x.to(grad_x_ptr.dtype.element_ty), mask=cols < n_cols,
                      eviction_policy="evict_first")
         for start in range(n_tiles * BLOCK_COLS, n_cols, BLOCK_COLS):
