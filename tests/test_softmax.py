@@ -204,6 +204,28 @@ def test_causal_never_uses_the_upper_triangle(kernel_path):
     assert torch.equal(softmax_backward(y_dirty, grad_y_dirty, causal=True), grad_clean)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    ("n", "tiles"),
+    [
+        (40, (4, 64, 2)),  # rows 0-31 at half width (32 columns), 32-39 whole
+        (38, (4, 64, 2)),  # a program holding rows 36-37 of one matrix and 0-1 of the next: whole
+        (38, (8, 128, 4)),  # the half block (64) covers every row: all at half width
+        (33, (2, 64, 1)),  # the first row past the half (32) has a single key in the second half
+    ],
+    ids=str,
+)
+def test_causal_half_width_programs(n, tiles, dtype):
+    # softmax_forward_kernel's programs whose rows lie in the first half of their
+    # matrix read half a block and write zeros to the rest: NaN there changes nothing.
+    x = torch.randn(3, n, n, device=DEVICE, dtype=dtype)
+    dirty = x.masked_fill(references.causal_mask(n, DEVICE), float("nan"))
+    poison_cached_memory(2 * x.numel() * x.element_size())
+    y = softmax_module.softmax_forward(dirty, True, tiles)
+    assert_matches(y, references.causal_softmax(x.double()), dtype, what="y")
+    assert_zero_above_diagonal(y, "y")
+
+
 @pytest.mark.parametrize(
     ("shape", "causal"),
     [((0,), False), ((0, 5), False), ((3, 0), False), ((2, 0, 0), False), ((2, 0, 0), True), ((0, 4, 4), True)],
