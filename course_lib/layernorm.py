@@ -442,8 +442,9 @@ def forward_tiles(n_cols, element_size):
     * warps: 64 bytes of x a thread (16 float32 or 32 bfloat16 values), 4 to
       FORWARD_MAX_WARPS warps. In bfloat16, 8 warps beat 16 at 8192 columns (0.81 vs
       0.74 C) and 4 beat 8 at 4096 (0.81 vs 0.78 C).
-    * narrow rows share a program, up to 2048 values: 2 rows of 1024 bfloat16 on 4
-      warps reach 0.73 C, 4 rows on 8 warps 0.65 C.
+    * narrow rows share a program, up to 4 KiB of x: 2 rows of 1024 bfloat16 on 4
+      warps reach 0.73 C, 4 rows on 8 warps 0.65 C. A row of 1024 float32 (4 KiB)
+      runs alone on 4 warps: 0.87 against 0.86 C for two rows (16384 rows, GPU alone).
     * whole rows up to 32768 columns, on 32 warps from 64 KiB: at 32768 float32
       columns 0.83 C, against 0.79 C on 16 warps and 0.70 C for the looped kernel
       (which reads each row twice); in bfloat16 0.72 against 0.69 C.
@@ -458,8 +459,13 @@ def forward_tiles(n_cols, element_size):
     block_cols = next_power_of_2(n_cols)
     if block_cols > FORWARD_MAX_BLOCK:
         return Tiles(1, MAX_WARPS * 32 * BYTES_A_THREAD // element_size, MAX_WARPS)
-    block_rows = max(1, 2048 // block_cols)
+    block_rows = max(1, 4096 // (block_cols * element_size))
     return Tiles(block_rows, block_cols, _warps_for_tile(block_rows * block_cols * element_size, FORWARD_MAX_WARPS))
+
+
+def _counted_width(block_cols):
+    """The width the backward's tiles count a row as: at least NARROW_ROW_WIDTH."""
+    return max(block_cols, NARROW_ROW_WIDTH)
 
 
 @functools.cache  # called on every launch: keep the host path short
@@ -494,7 +500,7 @@ def backward_config(n_cols, element_size, shared_memory=None):
     block_cols = next_power_of_2(n_cols)
     if block_cols > BACKWARD_MAX_BLOCK:
         return BackwardConfig(Tiles(4, 512, 4), 4, Tiles(1, WIDE_ROW_TILE, MAX_WARPS))
-    row_width = max(block_cols, NARROW_ROW_WIDTH)
+    row_width = _counted_width(block_cols)
     block_rows = max(1, 4096 // row_width)
     tile_bytes = block_rows * row_width * element_size
     if shared_memory is None:
@@ -507,9 +513,8 @@ def backward_config(n_cols, element_size, shared_memory=None):
 
 def pipeline_shared_bytes(tiles, element_size):
     """Shared memory of the backward's pipeline on ``tiles``: num_stages - 1 more tiles of
-    x and dy, and of the row stats (rows count as at least NARROW_ROW_WIDTH columns)."""
-    row_width = max(tiles.block_cols, NARROW_ROW_WIDTH)
-    return (tiles.num_stages - 1) * tiles.block_rows * (2 * row_width * element_size + 3 * 4)
+    x and dy, and of the row stats (_counted_width)."""
+    return (tiles.num_stages - 1) * tiles.block_rows * (2 * _counted_width(tiles.block_cols) * element_size + 3 * 4)
 
 
 def _stride(tensor):
