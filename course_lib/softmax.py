@@ -139,13 +139,14 @@ def softmax_forward_kernel(
     row_mask = (rows < n_rows)[:, None]
     if CAUSAL and BLOCK_COLS >= 2 * FETCH_GROUP:
         last_query = tl.max(tl.where(rows < n_rows, rows % rows_per_matrix, 0), axis=0)
-        half_width = last_query < BLOCK_COLS // 2
-    else:
-        half_width = False  # a constant: only the whole-width call below is compiled
-    if half_width:
-        _softmax_rows(x_ptr, y_ptr, rows, row_mask, rows_per_matrix, n_cols,
-                      stride_x_matrix, stride_x_row, stride_x_col, stride_y_row,
-                      CAUSAL, BLOCK_COLS // 2, BLOCK_COLS)
+        if last_query < BLOCK_COLS // 2:
+            _softmax_rows(x_ptr, y_ptr, rows, row_mask, rows_per_matrix, n_cols,
+                          stride_x_matrix, stride_x_row, stride_x_col, stride_y_row,
+                          CAUSAL, BLOCK_COLS // 2, BLOCK_COLS)
+        else:
+            _softmax_rows(x_ptr, y_ptr, rows, row_mask, rows_per_matrix, n_cols,
+                          stride_x_matrix, stride_x_row, stride_x_col, stride_y_row,
+                          CAUSAL, BLOCK_COLS, BLOCK_COLS)
     else:
         _softmax_rows(x_ptr, y_ptr, rows, row_mask, rows_per_matrix, n_cols,
                       stride_x_matrix, stride_x_row, stride_x_col, stride_y_row,
