@@ -11,9 +11,12 @@ What training saves is one float32 mean and one rstd per row (and the row maximu
 over every row, reduced in two deterministic stages, without atomics: a persistent
 grid whose programs each own a contiguous range of rows, write their dx and one
 float32 partial row, then ``column_sum_kernel`` (from chapter 1) adding the partial
-rows in a fixed order. Rows too wide for registers are cut into column blocks: a first
-kernel writes partial rows and each row's sums over each block, a second adds up a
-row's sums and writes its dx.
+rows in a fixed order. Rows too wide for registers are split across programs: on a GPU
+the programs holding one row run at once and exchange their parts of the row's two
+sums through memory, so each row is read once (as chapter 4's split rows do); the
+interpreter, which runs one program after another, and rows too wide to have all their
+programs resident take two kernels instead: a first writes partial rows and each row's
+sums over each column block, a second adds up a row's sums and writes its dx.
 
 The gradient of ``stable=True``. With ``z = x / m`` and ``m = max(x)``, the chain rule
 gives ``dx = dz / m``, plus, for the maximum itself, ``dL/dm = -sum_j dz_j z_j / m``
@@ -41,7 +44,7 @@ import triton
 import triton.language as tl
 from torch import nn
 
-from .runtime import cdiv, max_shared_memory, multiprocessor_count, next_power_of_2
+from .runtime import ON_GPU, cdiv, max_shared_memory, multiprocessor_count, next_power_of_2
 from .validation import (
     INT32_LIMIT,
     check_index_range,
@@ -375,6 +378,126 @@ def layernorm_backward_dx_kernel(
         )
 
 
+PUBLISHED = tl.constexpr(1 << 32)  # the high half of a slot's word: this tile's part is there
+
+
+@triton.jit
+def _publish(slot_ptr, part):
+    """Write a tile's float32 ``part`` of a row sum into its slot, flagged as published, in
+    one 64-bit word: a reader sees both or neither. Relaxed, because the word is all a
+    reader needs; the default (acq_rel) would also make the program wait until its
+    earlier stores, the previous row's dx, had reached memory."""
+    tl.atomic_xchg(slot_ptr, part.to(tl.uint32, bitcast=True).to(tl.int64) | PUBLISHED, sem="relaxed")
+
+
+@triton.jit
+def _wait_for_row_sums(row_slots_ptr, n_tiles, N_SUMS: tl.constexpr, TILES_BLOCK: tl.constexpr):
+    """Spin until every tile of the row has published its N_SUMS parts, then add each sum
+    up over the tiles in a fixed order: the same totals in every program, on every run.
+    Returns a vector of 4: the sums, then zeros."""
+    which = tl.arange(0, 4)[:, None]
+    tiles = tl.arange(0, TILES_BLOCK)[None, :]
+    present = (which < N_SUMS) & (tiles < n_tiles)
+    slot_ptrs = row_slots_ptr + which * n_tiles + tiles
+    words = tl.load(slot_ptrs, mask=present, other=PUBLISHED, volatile=True)
+    while tl.min(words >> 32) == 0:
+        words = tl.load(slot_ptrs, mask=present, other=PUBLISHED, volatile=True)
+    return tl.sum(words.to(tl.uint32).to(tl.float32, bitcast=True), axis=1)
+
+
+@triton.jit
+def _entry(vector, index):
+    """Element ``index`` of a small vector, as a vector of one (a row's value in a tile of one row)."""
+    return tl.sum(tl.where(tl.arange(0, vector.shape[0]) == index, vector, 0.0), axis=0, keep_dims=True)
+
+
+@triton.jit
+def _load_split_row(x_ptr, grad_y_ptr, mean_ptr, rstd_ptr, row_max_ptr, row, n_rows, col_mask,
+                    col_offsets_x, col_offsets_grad_y, stride_x_row, stride_grad_y_row, STABLE: tl.constexpr):
+    """A program's tile of one row (as a tile of one row), its statistics; nothing past the last row."""
+    rows = row + tl.arange(0, 1)
+    row_mask = rows < n_rows
+    mask = row_mask[:, None] & col_mask[None, :]
+    x, grad_y, mean, rstd = _load_backward_rows(
+        x_ptr, grad_y_ptr, mean_ptr, rstd_ptr, rows, mask, row_mask,
+        col_offsets_x, col_offsets_grad_y, stride_x_row, stride_grad_y_row,
+    )
+    if STABLE:
+        row_max = tl.load(row_max_ptr + rows, mask=row_mask, other=1.0)
+    else:
+        row_max = tl.full((1,), 1.0, tl.float32)  # unused, but a jitted function cannot return None
+    return x, grad_y, mean, rstd, row_max
+
+
+@triton.jit
+def layernorm_backward_split_rows_kernel(
+    x_ptr, gamma_ptr, grad_y_ptr, mean_ptr, rstd_ptr, row_max_ptr, grad_x_ptr, partial_ptr, slots_ptr,
+    n_rows, n_cols, eps,
+    stride_x_row, stride_x_col, stride_gamma, stride_grad_y_row, stride_grad_y_col,
+    stride_grad_x_row, stride_partial_row,
+    HAS_GAMMA: tl.constexpr, HAS_BETA: tl.constexpr, STABLE: tl.constexpr,
+    BLOCK_COLS: tl.constexpr, TILES_BLOCK: tl.constexpr, PREFETCH: tl.constexpr,
+):
+    """Rows wider than a block, read once: program (g, c) holds column block c of rows
+    g, g + num_programs(0), ... one row at a time, with its partial dgamma and dbeta in
+    registers down the rows, as the persistent kernel does.
+
+    A row's dx needs two sums over the whole row. Each program publishes its block's
+    parts into the row's slots (rows, N_SUMS, tiles), waits until every block of the row
+    has, and adds them up: all programs of the row must be resident at once (the
+    launcher sees to it). With PREFETCH the next row's tile is loaded before the wait,
+    so the load runs during it; that takes registers for a second tile.
+    """
+    N_SUMS: tl.constexpr = 3 if STABLE else 2  # sum of g, of g * xhat, and the count of maxima
+    group = tl.program_id(0)
+    tile = tl.program_id(1)
+    n_groups = tl.num_programs(0)
+    n_tiles = tl.num_programs(1)
+    cols = tile * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+    col_mask = cols < n_cols
+    col_offsets_x = cols[None, :].to(tl.int64) * stride_x_col
+    col_offsets_grad_y = cols[None, :].to(tl.int64) * stride_grad_y_col
+    if HAS_GAMMA:
+        gamma = tl.load(gamma_ptr + cols * stride_gamma, mask=col_mask, other=0.0).to(tl.float32)
+    grad_gamma_acc = tl.zeros((1, BLOCK_COLS), dtype=tl.float32)
+    grad_beta_acc = tl.zeros((1, BLOCK_COLS), dtype=tl.float32)
+
+    x, grad_y, mean, rstd, row_max = _load_split_row(
+        x_ptr, grad_y_ptr, mean_ptr, rstd_ptr, row_max_ptr, group, n_rows, col_mask,
+        col_offsets_x, col_offsets_grad_y, stride_x_row, stride_grad_y_row, STABLE)
+    for row in range(group, n_rows, n_groups):
+        if PREFETCH:
+            next_row = _load_split_row(
+                x_ptr, grad_y_ptr, mean_ptr, rstd_ptr, row_max_ptr, row + n_groups, n_rows, col_mask,
+                col_offsets_x, col_offsets_grad_y, stride_x_row, stride_grad_y_row, STABLE)
+        mask = col_mask[None, :]
+        xhat = _xhat(x, mean, rstd, row_max, mask, STABLE)
+        weighted_grad = grad_y * gamma[None, :] if HAS_GAMMA else grad_y
+        row_slots = slots_ptr + tl.cast(row, tl.int64) * N_SUMS * n_tiles
+        _publish(row_slots + tile, tl.sum(weighted_grad))
+        _publish(row_slots + n_tiles + tile, tl.sum(weighted_grad * xhat))
+        if STABLE:
+            _publish(row_slots + 2 * n_tiles + tile, tl.sum((mask & (x == row_max[:, None])).to(tl.float32)))
+        sums = _wait_for_row_sums(row_slots, n_tiles, N_SUMS, TILES_BLOCK)
+        c1 = tl.div_rn(_entry(sums, 0), n_cols * 1.0)
+        c2 = tl.div_rn(_entry(sums, 1), n_cols * 1.0)
+        n_max = _entry(sums, 2) if STABLE else None
+        grad_x = _grad_x(weighted_grad, xhat, x, rstd, row_max, c1, c2, n_max, mask, n_cols, eps, STABLE)
+        tl.store(grad_x_ptr + tl.cast(row, tl.int64) * stride_grad_x_row + cols[None, :],
+                 grad_x.to(grad_x_ptr.dtype.element_ty), mask=mask)
+        grad_gamma_acc += grad_y * xhat
+        grad_beta_acc += grad_y
+        if PREFETCH:
+            x, grad_y, mean, rstd, row_max = next_row
+        else:
+            x, grad_y, mean, rstd, row_max = _load_split_row(
+                x_ptr, grad_y_ptr, mean_ptr, rstd_ptr, row_max_ptr, row + n_groups, n_rows, col_mask,
+                col_offsets_x, col_offsets_grad_y, stride_x_row, stride_grad_y_row, STABLE)
+
+    _store_partial_row(partial_ptr + group.to(tl.int64) * stride_partial_row, cols, col_mask, n_cols,
+                       grad_gamma_acc, grad_beta_acc, HAS_GAMMA, HAS_BETA)
+
+
 # -------------------------------------------------------------------------- launchers
 
 
@@ -393,14 +516,17 @@ class BackwardConfig(NamedTuple):
     """How the backward is cut up.
 
     ``tiles.block_cols >= n_cols``: one persistent kernel with whole rows in registers,
-    ``programs_per_sm`` programs a multiprocessor. Otherwise two stages: the partial
-    sums kernel on ``tiles`` (about ``programs_per_sm`` programs a multiprocessor),
-    then the dx kernel walking rows on ``dx_tiles``.
+    ``programs_per_sm`` programs a multiprocessor. Otherwise, where ``split_block`` is
+    set and the split can run (_can_split_rows), the split-row kernel with
+    ``split_block`` columns a program; else two stages: the partial sums kernel on
+    ``tiles`` (about ``programs_per_sm`` programs a multiprocessor), then the dx kernel
+    walking rows on ``dx_tiles``.
     """
 
     tiles: Tiles
     programs_per_sm: int
     dx_tiles: Tiles | None = None
+    split_block: int | None = None
 
 
 class RowStats(NamedTuple):
@@ -417,6 +543,13 @@ class RowStats(NamedTuple):
 FORWARD_MAX_BLOCK = 32768
 BACKWARD_MAX_BLOCK = 8192
 WIDE_ROW_TILE = 8192  # columns a step when the dx kernel walks a wide row
+# The split-row backward: columns a program holds, on SPLIT_ROW_WARPS warps. Four warps
+# of at most 255 registers a thread take half of a multiprocessor's 65536 registers (on
+# every GPU of compute capability 8.0 or newer), and the kernel little shared memory,
+# so SPLIT_PROGRAMS_PER_SM programs always fit on one together.
+SPLIT_ROW_BLOCK = 4096
+SPLIT_ROW_WARPS = 4
+SPLIT_PROGRAMS_PER_SM = 2
 # Bytes of x a thread holds, from which the tiles' warps follow (see forward_tiles).
 BYTES_A_THREAD = 64
 MAX_WARPS = 16
@@ -488,7 +621,16 @@ def backward_config(n_cols, element_size, shared_memory=None):
       unpipelined at 4096 x 8192) and run unpipelined elsewhere. The rows' float32
       mean, rstd and maximum are pipelined too, 12 bytes a row: rows count as at
       least 16 columns wide, or 4096 rows of one column would need 160 KiB.
-    * wide rows: chapter 1's partial-sum tiles of 4 x 512, 4 programs a
+    * wide rows, split across programs that exchange the row's sums (on a GPU): blocks
+      of SPLIT_ROW_BLOCK columns on 4 warps, SPLIT_PROGRAMS_PER_SM a multiprocessor;
+      in 2-byte dtypes the next row's tile loads during the wait (float32 has no
+      registers to spare for it: at 4096 columns it spills). GPU alone, H200, 2048 x
+      32768 float32 / bfloat16: 0.76 / 0.57 C, against 0.55 / 0.47 C for the two
+      stages; 512 x 131072: 0.59 / 0.47 C against 0.55 / 0.45 C. Publishing with
+      sem="acq_rel" instead of "relaxed" gave 0.61 C at 2048 x 32768 float32, and one
+      program a multiprocessor of 8192 columns 0.72 C.
+    * otherwise (the interpreter, or rows too wide to have all their programs
+      resident), two stages: chapter 1's partial-sum tiles of 4 x 512, 4 programs a
       multiprocessor, then the dx kernel walking WIDE_ROW_TILE columns a step on 16
       warps, 1% ahead of the old 4096 columns on 8: 0.47 C (bfloat16) to 0.57 C
       (float32), the best swept at 131072 columns and at 32768 in bfloat16. At 32768
@@ -499,7 +641,7 @@ def backward_config(n_cols, element_size, shared_memory=None):
     """
     block_cols = next_power_of_2(n_cols)
     if block_cols > BACKWARD_MAX_BLOCK:
-        return BackwardConfig(Tiles(4, 512, 4), 4, Tiles(1, WIDE_ROW_TILE, MAX_WARPS))
+        return BackwardConfig(Tiles(4, 512, 4), 4, Tiles(1, WIDE_ROW_TILE, MAX_WARPS), SPLIT_ROW_BLOCK)
     row_width = _counted_width(block_cols)
     block_rows = max(1, 4096 // row_width)
     tile_bytes = block_rows * row_width * element_size
@@ -610,6 +752,35 @@ def _backward_two_stages(x2d, gamma, has_beta, grad_y, grad_x, stats, eps, stabl
     return partial
 
 
+def _can_split_rows(n_cols, split_block):
+    """Whether the split-row kernel can run: the programs of a row wait on each other, so
+    all of them must be resident at once. On a GPU at most SPLIT_PROGRAMS_PER_SM a
+    multiprocessor always are (SPLIT_ROW_WARPS); the interpreter runs one program after
+    another, so there only a row of one block can be split."""
+    n_tiles = cdiv(n_cols, split_block)
+    return n_tiles <= SPLIT_PROGRAMS_PER_SM * multiprocessor_count() if ON_GPU else n_tiles == 1
+
+
+def _backward_split_rows(x2d, gamma, has_beta, grad_y, grad_x, stats, eps, stable, block_cols, partial_width):
+    """The split-row kernel: dx, and the partial rows of dgamma and dbeta it returns."""
+    n_rows, n_cols = x2d.shape
+    n_tiles = cdiv(n_cols, block_cols)
+    n_groups = min(n_rows, max(1, SPLIT_PROGRAMS_PER_SM * multiprocessor_count() // n_tiles))
+    # One 64-bit word per row, sum and tile; zero means "not published yet".
+    slots = torch.zeros((n_rows, 3 if stable else 2, n_tiles), device=x2d.device, dtype=torch.int64)
+    partial = torch.empty((n_groups, partial_width), device=x2d.device, dtype=torch.float32)
+    layernorm_backward_split_rows_kernel[(n_groups, n_tiles)](
+        x2d, gamma, grad_y, stats.mean, stats.rstd, stats.row_max, grad_x, partial, slots,
+        n_rows, n_cols, eps,
+        x2d.stride(0), x2d.stride(1), _stride(gamma), grad_y.stride(0), grad_y.stride(1),
+        grad_x.stride(0), partial.stride(0),
+        HAS_GAMMA=gamma is not None, HAS_BETA=has_beta, STABLE=stable,
+        BLOCK_COLS=block_cols, TILES_BLOCK=next_power_of_2(n_tiles), PREFETCH=x2d.element_size() < 4,
+        num_warps=SPLIT_ROW_WARPS,
+    )
+    return partial
+
+
 def layernorm_backward(grad_y, x, gamma, has_beta, stats, eps, stable, *, config=None):
     """Launch the backward; return (grad_x, grad_gamma or None, grad_beta or None).
 
@@ -625,9 +796,14 @@ def layernorm_backward(grad_y, x, gamma, has_beta, stats, eps, stable, *, config
         sums = torch.zeros(partial_width, device=x.device, dtype=x.dtype)
     else:
         config = config or backward_config(n_cols, x.element_size())
-        backward = _backward_whole_rows if config.tiles.block_cols >= n_cols else _backward_two_stages
+        if config.tiles.block_cols >= n_cols:
+            backward, plan = _backward_whole_rows, config
+        elif config.split_block and _can_split_rows(n_cols, config.split_block):
+            backward, plan = _backward_split_rows, config.split_block
+        else:
+            backward, plan = _backward_two_stages, config
         with on_device_of(x):
-            partial = backward(x2d, gamma, has_beta, grad_y, grad_x, stats, eps, stable, config, partial_width)
+            partial = backward(x2d, gamma, has_beta, grad_y, grad_x, stats, eps, stable, plan, partial_width)
             sums = sum_partial_rows(partial, x.dtype) if partial_width else None
     grad_gamma = sums[:n_cols] if has_gamma else None
     grad_beta = sums[partial_width - n_cols:] if has_beta else None

@@ -18,7 +18,7 @@ from course_lib.layernorm import (
     layernorm_forward,
     pipeline_shared_bytes,
 )
-from course_lib.runtime import DEVICE
+from course_lib.runtime import DEVICE, ON_GPU, multiprocessor_count
 
 # The module itself, even where course_lib also exports a function named layernorm.
 layernorm_module = importlib.import_module("course_lib.layernorm")
@@ -83,12 +83,23 @@ def check_forward_and_backward(x, gamma, beta, dtype, eps=1e-5, stable=False):
         assert_matches(beta.grad, beta64.grad, dtype, length=n_rows, what="dbeta")
 
 
-def use_looped_kernels(monkeypatch):
-    """Tiles of 16 columns: rows wider than 16 take the looped forward and two-stage backward, even on a CPU."""
+# Blocks of the split-row backward in tests: on a GPU 16 columns, so rows of 17 and more
+# are split across programs; the interpreter runs one program after another and splits
+# only rows of one block, so there blocks are 64 wide and wider rows take two stages.
+SPLIT_TEST_BLOCK = 16 if ON_GPU else 64
+KERNELS = ["single", "two-stage", "split"]
+
+
+def use_kernels(monkeypatch, kernels):
+    """"single": the default tiles. Otherwise tiles of 16 columns, so that rows wider than
+    16 take the looped forward and the two-stage or the split-row backward, even on a CPU."""
+    if kernels == "single":
+        return
     tiles = Tiles(block_rows=2, block_cols=16, num_warps=4, num_stages=2)
+    split_block = SPLIT_TEST_BLOCK if kernels == "split" else None
     monkeypatch.setattr(layernorm_module, "forward_tiles", lambda n_cols, element_size: tiles)
     monkeypatch.setattr(
-        layernorm_module, "backward_config", lambda n_cols, element_size: BackwardConfig(tiles, 8, tiles)
+        layernorm_module, "backward_config", lambda n_cols, element_size: BackwardConfig(tiles, 8, tiles, split_block)
     )
 
 
@@ -113,19 +124,19 @@ def test_many_rows_split_between_programs(shape, dtype, stable):
 @pytest.mark.parametrize("stable", [False, True], ids=["plain", "stable"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(3, 17), (2, 3, 100), (4, 300), (40, 33)], ids=str)
-def test_looped_kernels_match_reference(shape, dtype, stable, monkeypatch):
-    use_looped_kernels(monkeypatch)
+@pytest.mark.parametrize("kernels", KERNELS[1:])
+def test_looped_kernels_match_reference(kernels, shape, dtype, stable, monkeypatch):
+    use_kernels(monkeypatch, kernels)
     x = random_rows(shape, dtype)
     check_forward_and_backward(x, *random_params(shape[-1], dtype), dtype, stable=stable)
 
 
-@pytest.mark.parametrize("looped", [False, True], ids=["single", "looped"])
+@pytest.mark.parametrize("kernels", KERNELS)
 @pytest.mark.parametrize("stable", [False, True], ids=["plain", "stable"])
 @pytest.mark.parametrize("with_gamma", [True, False], ids=["gamma", "no-gamma"])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_without_beta_or_gamma(dtype, with_gamma, stable, looped, monkeypatch):
-    if looped:
-        use_looped_kernels(monkeypatch)
+def test_without_beta_or_gamma(dtype, with_gamma, stable, kernels, monkeypatch):
+    use_kernels(monkeypatch, kernels)
     x = random_rows((7, 45), dtype)
     check_forward_and_backward(x, *random_params(45, dtype, with_gamma, with_beta=False), dtype, stable=stable)
     if not with_gamma:  # a shift alone
@@ -133,32 +144,29 @@ def test_without_beta_or_gamma(dtype, with_gamma, stable, looped, monkeypatch):
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # eps = 0: 1 / sqrt(0) on the padding rows
-@pytest.mark.parametrize("looped", [False, True], ids=["single", "looped"])
+@pytest.mark.parametrize("kernels", KERNELS)
 @pytest.mark.parametrize("stable", [False, True], ids=["plain", "stable"])
 @pytest.mark.parametrize("eps", [0.0, 1e-3, 0.5, 10.0])
-def test_eps(eps, stable, looped, monkeypatch):
+def test_eps(eps, stable, kernels, monkeypatch):
     # A large eps makes the stable gradient's term for the maximum large too.
-    if looped:
-        use_looped_kernels(monkeypatch)
+    use_kernels(monkeypatch, kernels)
     x = random_rows((6, 37), torch.float32)
     check_forward_and_backward(x, *random_params(37, torch.float32), torch.float32, eps=eps, stable=stable)
 
 
-@pytest.mark.parametrize("looped", [False, True], ids=["single", "looped"])
+@pytest.mark.parametrize("kernels", KERNELS)
 @pytest.mark.parametrize("n_peaks", [2, 3])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_stable_ties_share_the_gradient_of_the_maximum_like_autograd(dtype, n_peaks, looped, monkeypatch):
-    if looped:
-        use_looped_kernels(monkeypatch)
+def test_stable_ties_share_the_gradient_of_the_maximum_like_autograd(dtype, n_peaks, kernels, monkeypatch):
+    use_kernels(monkeypatch, kernels)
     x = random_rows((5, 40), dtype, n_peaks=n_peaks)
     check_forward_and_backward(x, *random_params(40, dtype), dtype, eps=0.5, stable=True)
 
 
-@pytest.mark.parametrize("looped", [False, True], ids=["single", "looped"])
+@pytest.mark.parametrize("kernels", KERNELS)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_stable_with_negative_maximum_divides_anyway_like_the_seed(dtype, looped, monkeypatch):
-    if looped:
-        use_looped_kernels(monkeypatch)
+def test_stable_with_negative_maximum_divides_anyway_like_the_seed(dtype, kernels, monkeypatch):
+    use_kernels(monkeypatch, kernels)
     x = random_rows((4, 30), torch.float32)
     x = (x - x.amax(dim=-1, keepdim=True) - 1).to(dtype)  # every row's maximum is -1
     check_forward_and_backward(x, *random_params(30, dtype), dtype, eps=0.1, stable=True)
@@ -185,10 +193,9 @@ def test_stable_centres_constant_rows_to_exactly_zero(dtype, width):
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the interpreter's numpy sees 0 / 0
-@pytest.mark.parametrize("looped", [False, True], ids=["single", "looped"])
-def test_stable_with_zero_maximum_gives_nan_like_the_seed(looped, monkeypatch):
-    if looped:
-        use_looped_kernels(monkeypatch)
+@pytest.mark.parametrize("kernels", KERNELS)
+def test_stable_with_zero_maximum_gives_nan_like_the_seed(kernels, monkeypatch):
+    use_kernels(monkeypatch, kernels)
     x = -torch.rand(3, 20, device=DEVICE)
     x[:, 4] = 0.0
     gamma, beta = random_params(20, torch.float32)
@@ -196,11 +203,10 @@ def test_stable_with_zero_maximum_gives_nan_like_the_seed(looped, monkeypatch):
     assert layernorm(x, gamma, beta, stable=True).isnan().all()
 
 
-@pytest.mark.parametrize("looped", [False, True], ids=["single", "looped"])
+@pytest.mark.parametrize("kernels", KERNELS)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_any_strides(dtype, looped, monkeypatch):
-    if looped:
-        use_looped_kernels(monkeypatch)
+def test_any_strides(dtype, kernels, monkeypatch):
+    use_kernels(monkeypatch, kernels)
     base = random_rows((30, 50), dtype)
     transposed = base.t()  # (50, 30), column-major
     check_forward_and_backward(transposed, *random_params(30, dtype), dtype, stable=True)
@@ -309,6 +315,17 @@ def test_backward_pipeline_fits_the_gpus_shared_memory(n_cols, element_size, sha
     assert pipeline_shared_bytes(tiles, element_size) + SHARED_MEMORY_RESERVE <= shared_memory
     if element_size == 2 and n_cols <= 8192:  # 16 KiB tiles: pipelined on every supported GPU
         assert tiles.num_stages > 1
+
+
+def test_rows_are_split_only_where_all_their_programs_fit():
+    block = layernorm_module.SPLIT_ROW_BLOCK
+    most_blocks = layernorm_module.SPLIT_PROGRAMS_PER_SM * multiprocessor_count()
+    assert backward_config(BACKWARD_MAX_BLOCK + 1, 2).split_block == block
+    assert backward_config(BACKWARD_MAX_BLOCK, 2).split_block is None  # whole rows
+    assert layernorm_module._can_split_rows(block, block)  # one block: even the interpreter
+    assert layernorm_module._can_split_rows(block + 1, block) == ON_GPU  # two blocks wait on each other
+    assert layernorm_module._can_split_rows(most_blocks * block, block) == ON_GPU
+    assert not layernorm_module._can_split_rows(most_blocks * block + 1, block)
 
 
 def test_float32_rows_of_8192_are_pipelined_only_where_they_fit():
@@ -446,9 +463,14 @@ def test_module_rejects_input_of_another_width(affine):
 
 
 @gpu_only
-@pytest.mark.parametrize("n_cols", [1024, 20000])  # one block a row, and the looped kernels
+@pytest.mark.parametrize(
+    "n_cols, kernels", [(1024, "single"), (20000, "split"), (20000, "two-stage")], ids=str
+)
 @pytest.mark.parametrize("stable", [False, True], ids=["plain", "stable"])
-def test_grad_gamma_and_grad_beta_are_bitwise_deterministic(n_cols, stable):
+def test_grad_gamma_and_grad_beta_are_bitwise_deterministic(n_cols, kernels, stable, monkeypatch):
+    # Rows of 20000 split across programs by default; forced to two stages otherwise.
+    if kernels == "two-stage":
+        monkeypatch.setattr(layernorm_module, "backward_config", without_split(backward_config))
     n_rows = 2**24 // n_cols + 3
     # float32 results: no rounding to hide a difference in the last bits of the sums.
     x = random_rows((n_rows, n_cols), torch.float32).requires_grad_()
@@ -461,15 +483,33 @@ def test_grad_gamma_and_grad_beta_are_bitwise_deterministic(n_cols, stable):
             assert torch.equal(got, first)
 
 
+def without_split(config_of):
+    """backward_config with the split-row backward turned off: the two stages."""
+    return lambda n_cols, element_size: config_of(n_cols, element_size)._replace(split_block=None)
+
+
 @gpu_only
 @pytest.mark.parametrize("stable", [False, True], ids=["plain", "stable"])
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [(400, 8192), (400, 20000), (300, 32768), (5, 2**17)], ids=str)
+@pytest.mark.parametrize("shape", [(400, 8192), (400, 20000), (300, 32768), (5, 2**17), (3, 2**20 + 7)], ids=str)
 def test_wide_rows(shape, dtype, stable):
     # The widest pipelined backward, whole rows of the forward on up to 32 warps
-    # (padded and not), and both looped kernels.
+    # (padded and not), the looped forward, the split-row backward with 5 to 257
+    # blocks a row (more rows than programs, and fewer), and, at 2**20 + 7 columns, the
+    # two stages where the GPU has fewer than 129 multiprocessors.
     x = random_rows(shape, dtype)
     check_forward_and_backward(x, *random_params(shape[-1], dtype), dtype, stable=stable)
+
+
+@gpu_only
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(400, 20000), (5, 2**17)], ids=str)
+def test_wide_rows_in_two_stages(shape, dtype, monkeypatch):
+    # The fallback of the split-row backward, run on a GPU.
+    monkeypatch.setattr(layernorm_module, "backward_config", without_split(backward_config))
+    for stable in (False, True):
+        x = random_rows(shape, dtype)
+        check_forward_and_backward(x, *random_params(shape[-1], dtype), dtype, stable=stable)
 
 
 @gpu_only
