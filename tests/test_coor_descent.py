@@ -32,29 +32,46 @@ def final_eps(n_iters, eps, eps_init=None, eps_decay=1.0):
     return current
 
 
-def near_a_kink(s64, k, mask, n_iters, eps, eps_init=None, eps_decay=1.0, within=1e-5):
-    """Scores within ``within`` of a kink of b = -relu(s + a) at some iteration (float64).
-
-    There the router is not differentiable: float32 and float64 may put the score on
-    different sides of the kink, and ds jumps by a whole term. The recurrence is the
-    reference's, recording a at every iteration.
-    """
+def closest_to_a_kink(s64, k, mask, n_iters, eps, eps_init=None, eps_decay=1.0):
+    """s + a at the iteration where it comes closest to 0, the kink of b = -relu(s + a),
+    for every score (float64; masked scores are far from it). The recurrence is the
+    reference's, recording a at every iteration."""
     if mask is not None:
         s64 = s64.masked_fill(~mask, -torch.finfo(s64.dtype).max)
     logk = torch.log(torch.as_tensor(k, dtype=torch.float64, device=s64.device))
     logk = logk[..., None] if logk.ndim else logk
     a, b = torch.zeros_like(s64[..., :1]), -s64
     current = max(eps_init if eps_init is not None else eps, eps)
-    distance = torch.full_like(s64, math.inf)
+    closest = torch.full_like(s64, math.inf)
     for _ in range(n_iters):
         sb = (s64 + b) / current
         if mask is not None:
             sb = sb.masked_fill(~mask, -torch.finfo(s64.dtype).max)
         a = current * (logk - sb.logsumexp(dim=-1, keepdim=True))
         b = -torch.relu(s64 + a)
-        distance = torch.minimum(distance, (s64 + a).abs())
+        closest = torch.where((s64 + a).abs() < closest.abs(), s64 + a, closest)
         current = max(current * eps_decay, eps)
-    return distance < within
+    return closest
+
+
+def move_off_kinks_(s, k, mask, settings, within=1e-5, rounds=5):
+    """Move every score within ``within`` of a kink away from it, in place.
+
+    At a kink the router is not differentiable: float32 and float64 may put a score on
+    different sides of it, and then ds differs by a whole term, in the whole row, which
+    shares a and its gradient: one score 6e-7 from a kink, in a row of 16384, put ds 5
+    times past its tolerance. A step of 2 * within, or two of the dtype's steps, takes
+    the score off; it moves a by less, so a few rounds leave no score near a kink.
+    """
+    for _ in range(rounds):
+        closest = closest_to_a_kink(s.double(), k, mask, **settings)
+        near = closest.abs() < within
+        if not near.any():
+            return
+        step = torch.clamp(2 * torch.finfo(s.dtype).eps * s.double().abs(), min=2 * within)
+        moved = s.double() + torch.where(closest < 0, -step, step)
+        s.copy_(torch.where(near, moved, s.double()).to(s.dtype))
+    raise AssertionError(f"scores still within {within} of a kink after {rounds} rounds")
 
 
 def random_k(shape, per_row, requires_grad=True):
@@ -93,7 +110,9 @@ def check_against_reference(s, k, settings, mask=None, dtype=torch.float32):
     of that scale.
     """
     rtol = TOLERANCES[dtype][0]
-    s = s.detach().to(dtype).requires_grad_()
+    s = s.detach().to(dtype)
+    move_off_kinks_(s, k.detach() if isinstance(k, torch.Tensor) else k, mask, settings)
+    s.requires_grad_()
     k_grad = isinstance(k, torch.Tensor) and k.requires_grad
     poison_cached_memory(s.numel() * 4)
     y = coor_descent(s, k=k, mask=mask, **settings)
@@ -108,10 +127,7 @@ def check_against_reference(s, k, settings, mask=None, dtype=torch.float32):
 
     terms = float((dy.double() * y64.detach()).norm()) / final_eps(**settings)
     assert_normwise("y", y, y64.detach(), rtol)
-    kinks = near_a_kink(s.detach().double(), k.detach().double() if k_grad else k, mask, **settings)
-    # A kink now and then is chance (one of 51 scores is 2%); many would leave ds untested.
-    assert kinks.sum() <= max(2, 0.01 * kinks.numel()), "too many scores at a kink for ds to be compared"
-    assert_normwise("ds", grads[0].masked_fill(kinks, 0), grads64[0].masked_fill(kinks, 0), rtol, floor=1e-6 * terms)
+    assert_normwise("ds", grads[0], grads64[0], rtol, floor=1e-6 * terms)
     if k_grad:
         assert grads[1].shape == k.shape
         assert_normwise("dk", grads[1], grads64[1], rtol, floor=1e-6 * terms)
