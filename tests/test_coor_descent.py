@@ -55,23 +55,25 @@ def closest_to_a_kink(s64, k, mask, n_iters, eps, eps_init=None, eps_decay=1.0):
 
 
 def move_off_kinks_(s, k, mask, settings, within=1e-5, rounds=5):
-    """Move every score within ``within`` of a kink away from it, in place.
+    """Move every score within ``within`` of a kink away from it, in place; return the
+    scores still at one.
 
     At a kink the router is not differentiable: float32 and float64 may put a score on
     different sides of it, and then ds differs by a whole term, in the whole row, which
     shares a and its gradient: one score 6e-7 from a kink, in a row of 16384, put ds 5
     times past its tolerance. A step of 2 * within, or two of the dtype's steps, takes
-    the score off; it moves a by less, so a few rounds leave no score near a kink.
+    the score off; it moves a by less, so a few rounds leave none, except where a score
+    drags a along with it (the only score a short row keeps, or nearly): those stay.
     """
     for _ in range(rounds):
         closest = closest_to_a_kink(s.double(), k, mask, **settings)
         near = closest.abs() < within
         if not near.any():
-            return
+            break
         step = torch.clamp(2 * torch.finfo(s.dtype).eps * s.double().abs(), min=2 * within)
         moved = s.double() + torch.where(closest < 0, -step, step)
         s.copy_(torch.where(near, moved, s.double()).to(s.dtype))
-    raise AssertionError(f"scores still within {within} of a kink after {rounds} rounds")
+    return closest_to_a_kink(s.double(), k, mask, **settings).abs() < within
 
 
 def random_k(shape, per_row, requires_grad=True):
@@ -111,7 +113,9 @@ def check_against_reference(s, k, settings, mask=None, dtype=torch.float32):
     """
     rtol = TOLERANCES[dtype][0]
     s = s.detach().to(dtype)
-    move_off_kinks_(s, k.detach() if isinstance(k, torch.Tensor) else k, mask, settings)
+    kinks = move_off_kinks_(s, k.detach() if isinstance(k, torch.Tensor) else k, mask, settings)
+    # The few scores left at a kink are left out of ds; many would leave ds untested.
+    assert kinks.sum() <= max(2, 0.01 * kinks.numel()), "too many scores at a kink for ds to be compared"
     s.requires_grad_()
     k_grad = isinstance(k, torch.Tensor) and k.requires_grad
     poison_cached_memory(s.numel() * 4)
@@ -127,7 +131,7 @@ def check_against_reference(s, k, settings, mask=None, dtype=torch.float32):
 
     terms = float((dy.double() * y64.detach()).norm()) / final_eps(**settings)
     assert_normwise("y", y, y64.detach(), rtol)
-    assert_normwise("ds", grads[0], grads64[0], rtol, floor=1e-6 * terms)
+    assert_normwise("ds", grads[0].masked_fill(kinks, 0), grads64[0].masked_fill(kinks, 0), rtol, floor=1e-6 * terms)
     if k_grad:
         assert grads[1].shape == k.shape
         assert_normwise("dk", grads[1], grads64[1], rtol, floor=1e-6 * terms)
