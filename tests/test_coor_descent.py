@@ -69,7 +69,7 @@ def move_off_kinks_(s, k, mask, settings, within=1e-5, rounds=5):
         closest = closest_to_a_kink(s.double(), k, mask, **settings)
         near = closest.abs() < within
         if not near.any():
-            break
+            return near
         step = torch.clamp(2 * torch.finfo(s.dtype).eps * s.double().abs(), min=2 * within)
         moved = s.double() + torch.where(closest < 0, -step, step)
         s.copy_(torch.where(near, moved, s.double()).to(s.dtype))
