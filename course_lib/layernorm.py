@@ -214,6 +214,14 @@ def _store_partial_row(partial_row_ptr, cols, col_mask, n_cols, grad_gamma_acc, 
 
 
 @triton.jit
+def _column_block(block, n_cols, stride_x_col, stride_grad_y_col, BLOCK_COLS: tl.constexpr):
+    """Column block ``block`` of the rows: its columns, their mask, and their offsets in x and in dy."""
+    cols = block * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+    col_offsets = cols[None, :].to(tl.int64)
+    return cols, cols < n_cols, col_offsets * stride_x_col, col_offsets * stride_grad_y_col
+
+
+@triton.jit
 def layernorm_backward_kernel(
     x_ptr, gamma_ptr, grad_y_ptr, mean_ptr, rstd_ptr, row_max_ptr, grad_x_ptr, partial_ptr,
     n_rows, n_cols, rows_per_program, eps,
@@ -229,10 +237,8 @@ def layernorm_backward_kernel(
     rows are added in a fixed order afterwards.
     """
     program = tl.program_id(0)
-    cols = tl.arange(0, BLOCK_COLS)
-    col_mask = cols < n_cols
-    col_offsets_x = cols[None, :].to(tl.int64) * stride_x_col
-    col_offsets_grad_y = cols[None, :].to(tl.int64) * stride_grad_y_col
+    cols, col_mask, col_offsets_x, col_offsets_grad_y = _column_block(
+        0, n_cols, stride_x_col, stride_grad_y_col, BLOCK_COLS)
     if HAS_GAMMA:
         gamma = tl.load(gamma_ptr + cols * stride_gamma, mask=col_mask, other=0.0).to(tl.float32)
     grad_gamma_acc = tl.zeros((BLOCK_ROWS, BLOCK_COLS), dtype=tl.float32)
@@ -287,10 +293,8 @@ def layernorm_backward_partials_kernel(
     col_block = tl.program_id(0)
     row_group = tl.program_id(1)
     n_col_blocks = tl.num_programs(0)
-    cols = col_block * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-    col_mask = cols < n_cols
-    col_offsets_x = cols[None, :].to(tl.int64) * stride_x_col
-    col_offsets_grad_y = cols[None, :].to(tl.int64) * stride_grad_y_col
+    cols, col_mask, col_offsets_x, col_offsets_grad_y = _column_block(
+        col_block, n_cols, stride_x_col, stride_grad_y_col, BLOCK_COLS)
     if HAS_GAMMA:
         gamma = tl.load(gamma_ptr + cols * stride_gamma, mask=col_mask, other=0.0).to(tl.float32)
     grad_gamma_acc = tl.zeros((BLOCK_ROWS, BLOCK_COLS), dtype=tl.float32)
@@ -453,10 +457,8 @@ def layernorm_backward_split_rows_kernel(
     tile = tl.program_id(1)
     n_groups = tl.num_programs(0)
     n_tiles = tl.num_programs(1)
-    cols = tile * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-    col_mask = cols < n_cols
-    col_offsets_x = cols[None, :].to(tl.int64) * stride_x_col
-    col_offsets_grad_y = cols[None, :].to(tl.int64) * stride_grad_y_col
+    cols, col_mask, col_offsets_x, col_offsets_grad_y = _column_block(
+        tile, n_cols, stride_x_col, stride_grad_y_col, BLOCK_COLS)
     if HAS_GAMMA:
         gamma = tl.load(gamma_ptr + cols * stride_gamma, mask=col_mask, other=0.0).to(tl.float32)
     grad_gamma_acc = tl.zeros((1, BLOCK_COLS), dtype=tl.float32)
