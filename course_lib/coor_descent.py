@@ -85,7 +85,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .runtime import ON_GPU, cdiv, multiprocessor_count, next_power_of_2
+from .runtime import ON_GPU, cdiv, multiprocessor_count, next_power_of_2, slots_block
 from .validation import check_index_range, check_tensor, on_device_of
 
 LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
@@ -162,20 +162,32 @@ def _publish(slot_ptr, value, tag):
 
 
 @triton.jit
+def _count_sum_max(count_a, sum_a, max_a, count_b, sum_b, max_b):
+    return count_a + count_b, sum_a + sum_b, tl.maximum(max_a, max_b)
+
+
+@triton.jit
 def _gather(slots_ptr, tag, n_tiles, take_max, TILES_BLOCK: tl.constexpr):
     """Wait until every tile of the row has published ``tag``, then combine the parts,
-    always in the same order: their max, or their sum."""
+    always in the same order: their max, or their sum.
+
+    One reduction both counts the tiles that have published and combines their parts,
+    so the parts combined are the ones counted: where several threads held copies of a
+    slot, loaded at different moments, a count over one copy and a sum over another
+    could disagree. TILES_BLOCK, from runtime.slots_block, keeps copies within a warp."""
     tiles = tl.arange(0, TILES_BLOCK)
     present = tiles < n_tiles
-    words = tl.load(slots_ptr + tiles, mask=present, other=0, volatile=True)
-    while tl.sum(((words >> 32) == tag).to(tl.int32), axis=0) < n_tiles:
+    published = tl.full((), 0, tl.int32)
+    total = tl.full((), 0.0, tl.float32)
+    largest = tl.full((), NO_SCORE, tl.float32)
+    while published < n_tiles:
         words = tl.load(slots_ptr + tiles, mask=present, other=0, volatile=True)
-    parts = words.to(tl.uint32).to(tl.float32, bitcast=True)  # the low 32 bits
-    if take_max:
-        total = tl.max(tl.where(present, parts, NO_SCORE), axis=0)
-    else:
-        total = tl.sum(tl.where(present, parts, 0.0), axis=0)
-    return total
+        parts = words.to(tl.uint32).to(tl.float32, bitcast=True)  # the low 32 bits
+        published, total, largest = tl.reduce(
+            (((words >> 32) == tag).to(tl.int32), tl.where(present, parts, 0.0), tl.where(present, parts, NO_SCORE)),
+            0, _count_sum_max,
+        )
+    return tl.where(take_max, largest, total)
 
 
 @triton.jit(do_not_specialize=["n_iters", "first_step", "last_step"])
@@ -522,7 +534,7 @@ def coor_descent_forward(s2d, mask2d, logk, schedule, plan=None):
             n_rows, n_cols, n_iters, logk_value, first_step, last_step,
             *s2d.stride(), *mask_strides, y.stride(0),
             HAS_MASK=mask2d is not None, LOGK_PER_ROW=per_row, SPLIT=split,
-            BLOCK=plan.block, TILES_BLOCK=next_power_of_2(plan.tiles), num_warps=plan.num_warps,
+            BLOCK=plan.block, TILES_BLOCK=slots_block(plan.tiles, plan.num_warps), num_warps=plan.num_warps,
         )
 
     n_steps = n_iters + 2

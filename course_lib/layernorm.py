@@ -44,7 +44,7 @@ import triton
 import triton.language as tl
 from torch import nn
 
-from .runtime import ON_GPU, cdiv, max_shared_memory, multiprocessor_count, next_power_of_2
+from .runtime import ON_GPU, cdiv, max_shared_memory, multiprocessor_count, next_power_of_2, slots_block
 from .validation import (
     INT32_LIMIT,
     check_index_range,
@@ -395,24 +395,46 @@ def _publish(slot_ptr, part):
 
 
 @triton.jit
-def _wait_for_row_sums(row_slots_ptr, n_tiles, N_SUMS: tl.constexpr, TILES_BLOCK: tl.constexpr):
-    """Spin until every tile of the row has published its N_SUMS parts, then add each sum
-    up over the tiles in a fixed order: the same totals in every program, on every run.
-    Returns a vector of 4: the sums, then zeros."""
-    which = tl.arange(0, 4)[:, None]
-    tiles = tl.arange(0, TILES_BLOCK)[None, :]
-    present = (which < N_SUMS) & (tiles < n_tiles)
-    slot_ptrs = row_slots_ptr + which * n_tiles + tiles
-    words = tl.load(slot_ptrs, mask=present, other=PUBLISHED, volatile=True)
-    while tl.min(words >> 32) == 0:
-        words = tl.load(slot_ptrs, mask=present, other=PUBLISHED, volatile=True)
-    return tl.sum(words.to(tl.uint32).to(tl.float32, bitcast=True), axis=1)
+def _row_vector(value):
+    """A row's scalar as a vector of one, to broadcast over a tile of one row."""
+    return tl.zeros((1,), tl.float32) + value
 
 
 @triton.jit
-def _entry(vector, index):
-    """Element ``index`` of a small vector, as a vector of one (a row's value in a tile of one row)."""
-    return tl.sum(tl.where(tl.arange(0, vector.shape[0]) == index, vector, 0.0), axis=0, keep_dims=True)
+def _add_published(published_a, sum_a, sum_g_xhat_a, n_max_a, published_b, sum_b, sum_g_xhat_b, n_max_b):
+    return tl.minimum(published_a, published_b), sum_a + sum_b, sum_g_xhat_a + sum_g_xhat_b, n_max_a + n_max_b
+
+
+@triton.jit
+def _wait_for_row_sums(row_slots_ptr, n_tiles, N_SUMS: tl.constexpr, TILES_BLOCK: tl.constexpr):
+    """Spin until every tile of the row has published its N_SUMS parts; return the sums
+    (Σg, Σg·xhat, the count of maxima or 0), each added up over the tiles in a fixed
+    order: the same totals in every program, on every run.
+
+    Each pass reads every slot and gets, from one reduction, both whether all are
+    published and the sums. Two reductions, one for the check and one for the sums, are
+    not safe: where several threads hold copies of a word, loaded at different moments,
+    the check may see one copy and the sum add up another, still empty (on an H200,
+    dx then changed from run to run for rows of 9 to 16 blocks). TILES_BLOCK, from
+    runtime.slots_block, keeps copies within a warp.
+    """
+    word = tl.arange(0, 4 * TILES_BLOCK)
+    which, tiles = word // TILES_BLOCK, word % TILES_BLOCK  # sum, tile
+    present = (which < N_SUMS) & (tiles < n_tiles)
+    slot_ptrs = row_slots_ptr + which * n_tiles + tiles
+    published = tl.full((), 0, tl.int64)
+    sum_g = tl.full((), 0.0, tl.float32)
+    sum_g_xhat = tl.full((), 0.0, tl.float32)
+    n_max = tl.full((), 0.0, tl.float32)
+    while published == 0:
+        words = tl.load(slot_ptrs, mask=present, other=PUBLISHED, volatile=True)
+        parts = words.to(tl.uint32).to(tl.float32, bitcast=True)  # the low 32 bits
+        published, sum_g, sum_g_xhat, n_max = tl.reduce(
+            (words >> 32, tl.where(which == 0, parts, 0.0), tl.where(which == 1, parts, 0.0),
+             tl.where(which == 2, parts, 0.0)),
+            0, _add_published,
+        )
+    return _row_vector(sum_g), _row_vector(sum_g_xhat), _row_vector(n_max)
 
 
 @triton.jit
@@ -480,10 +502,9 @@ def layernorm_backward_split_rows_kernel(
         _publish(row_slots + n_tiles + tile, tl.sum(weighted_grad * xhat))
         if STABLE:
             _publish(row_slots + 2 * n_tiles + tile, tl.sum((mask & (x == row_max[:, None])).to(tl.float32)))
-        sums = _wait_for_row_sums(row_slots, n_tiles, N_SUMS, TILES_BLOCK)
-        c1 = tl.div_rn(_entry(sums, 0), n_cols * 1.0)
-        c2 = tl.div_rn(_entry(sums, 1), n_cols * 1.0)
-        n_max = _entry(sums, 2) if STABLE else None
+        sum_g, sum_g_xhat, n_max = _wait_for_row_sums(row_slots, n_tiles, N_SUMS, TILES_BLOCK)
+        c1 = tl.div_rn(sum_g, n_cols * 1.0)
+        c2 = tl.div_rn(sum_g_xhat, n_cols * 1.0)
         grad_x = _grad_x(weighted_grad, xhat, x, rstd, row_max, c1, c2, n_max, mask, n_cols, eps, STABLE)
         tl.store(grad_x_ptr + tl.cast(row, tl.int64) * stride_grad_x_row + cols[None, :],
                  grad_x.to(grad_x_ptr.dtype.element_ty), mask=mask)
@@ -777,7 +798,7 @@ def _backward_split_rows(x2d, gamma, has_beta, grad_y, grad_x, stats, eps, stabl
         x2d.stride(0), x2d.stride(1), _stride(gamma), grad_y.stride(0), grad_y.stride(1),
         grad_x.stride(0), partial.stride(0),
         HAS_GAMMA=gamma is not None, HAS_BETA=has_beta, STABLE=stable,
-        BLOCK_COLS=block_cols, TILES_BLOCK=next_power_of_2(n_tiles), PREFETCH=x2d.element_size() < 4,
+        BLOCK_COLS=block_cols, TILES_BLOCK=slots_block(n_tiles, SPLIT_ROW_WARPS, words_a_tile=4), PREFETCH=x2d.element_size() < 4,
         num_warps=SPLIT_ROW_WARPS,
     )
     return partial
