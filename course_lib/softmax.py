@@ -470,7 +470,9 @@ def softmax(x, causal=False):
     """
     op = "causal_softmax" if causal is True else "softmax"
     _check_input(op, x, causal)
-    return SoftmaxFunction.apply(x, causal)
+    if torch.is_grad_enabled() and x.requires_grad:
+        return SoftmaxFunction.apply(x, causal)
+    return softmax_forward(x, causal)  # no gradient wanted: skip autograd's bookkeeping
 
 
 def causal_softmax(x):

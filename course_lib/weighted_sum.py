@@ -271,4 +271,6 @@ def weighted_sum(x, weight):
     device. Accumulates in float32; returns x.shape[:-1] in x's dtype.
     """
     _check_inputs("weighted_sum", x, weight)
-    return WeightedSumFunction.apply(x, weight)
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+        return WeightedSumFunction.apply(x, weight)
+    return weighted_sum_forward(x, weight)  # no gradient wanted: skip autograd's bookkeeping

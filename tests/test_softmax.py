@@ -239,6 +239,18 @@ def test_empty_inputs(shape, causal):
     assert x.grad.shape == x.shape
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_without_gradients_skips_autograd(causal):
+    # Under no_grad, or when x needs no gradient, the forward runs without the
+    # autograd.Function, and gives the same result.
+    x = torch.randn(2, 9, 9, device=DEVICE, requires_grad=True)
+    with torch.no_grad():
+        y = softmax(x, causal=causal)
+    assert y.grad_fn is None and not y.requires_grad
+    assert softmax(x.detach(), causal=causal).grad_fn is None
+    assert torch.equal(y, softmax(x, causal=causal).detach())
+
+
 def test_output_is_a_new_contiguous_tensor():
     x = torch.randn(8, 8, device=DEVICE).t()
     y = causal_softmax(x)

@@ -94,6 +94,18 @@ def test_empty_rows():
     assert torch.all(weight.grad == 0)
 
 
+def test_without_gradients_skips_autograd():
+    # Under no_grad, or when nothing requires a gradient, the forward runs without the
+    # autograd.Function, and gives the same result.
+    x = torch.randn(5, 37, device=DEVICE, requires_grad=True)
+    weight = torch.randn(37, device=DEVICE, requires_grad=True)
+    with torch.no_grad():
+        y = weighted_sum(x, weight)
+    assert y.grad_fn is None and not y.requires_grad
+    assert weighted_sum(x.detach(), weight.detach()).grad_fn is None
+    assert torch.equal(y, weighted_sum(x, weight).detach())
+
+
 @gpu_only
 def test_grad_weight_is_bitwise_deterministic():
     x = torch.randn(100_003, 257, device=DEVICE)
