@@ -86,7 +86,7 @@ import triton
 import triton.language as tl
 
 from .runtime import ON_GPU, cdiv, multiprocessor_count, next_power_of_2, slots_block
-from .validation import check_index_range, check_tensor, on_device_of
+from .validation import check_index_range, check_tensor, on_device_of, wants_gradient
 
 LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
 NO_SCORE = tl.constexpr(float("-inf"))  # masked columns and columns past the row's end
@@ -716,6 +716,6 @@ def coor_descent(s, *, n_iters, k, eps=0.1, eps_init=None, eps_decay=1.0, mask=N
         logk = torch.log(k.float().clamp(min=1e-20)).expand(s.shape[:-1]).reshape(rows).contiguous()
     else:
         logk = math.log(max(float(k), 1e-20))
-    if torch.is_grad_enabled() and (s.requires_grad or getattr(logk, "requires_grad", False)):
+    if wants_gradient(s, logk):
         return CoorDescentFunction.apply(s, logk, mask, schedule)
     return _forward(s, logk, mask, schedule)[0]  # no gradient wanted: skip autograd's bookkeeping

@@ -51,6 +51,7 @@ from .validation import (
     check_same_device_and_dtype,
     check_tensor,
     on_device_of,
+    wants_gradient,
 )
 from .weighted_sum import _as_rows, sum_partial_rows
 
@@ -890,8 +891,7 @@ def layernorm(x, gamma, beta=None, eps=1e-5, stable=False):
     """
     _check_inputs("layernorm", x, gamma, beta, eps)
     eps, stable = float(eps), bool(stable)
-    tensors = (x, gamma, beta)
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+    if wants_gradient(x, gamma, beta):
         return LayerNormFunction.apply(x, gamma, beta, eps, stable)
     y, _ = layernorm_forward(x, gamma, beta, eps, stable, save_stats=False)  # inference saves nothing
     return y

@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from .runtime import cdiv, multiprocessor_count, next_power_of_2, num_warps_for
-from .validation import INT32_LIMIT, check_index_range, check_tensor, on_device_of
+from .validation import INT32_LIMIT, check_index_range, check_tensor, on_device_of, wants_gradient
 
 # Causal loads fetch keys up to the diagonal rounded up to this many columns: a load
 # mask that is constant over aligned groups of 16 lets Triton issue 16-byte vector
@@ -470,7 +470,7 @@ def softmax(x, causal=False):
     """
     op = "causal_softmax" if causal is True else "softmax"
     _check_input(op, x, causal)
-    if torch.is_grad_enabled() and x.requires_grad:
+    if wants_gradient(x):
         return SoftmaxFunction.apply(x, causal)
     return softmax_forward(x, causal)  # no gradient wanted: skip autograd's bookkeeping
 

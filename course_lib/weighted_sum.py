@@ -14,6 +14,7 @@ from .validation import (
     check_same_device_and_dtype,
     check_tensor,
     on_device_of,
+    wants_gradient,
 )
 
 # ---------------------------------------------------------------------------- kernels
@@ -271,6 +272,6 @@ def weighted_sum(x, weight):
     device. Accumulates in float32; returns x.shape[:-1] in x's dtype.
     """
     _check_inputs("weighted_sum", x, weight)
-    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+    if wants_gradient(x, weight):
         return WeightedSumFunction.apply(x, weight)
     return weighted_sum_forward(x, weight)  # no gradient wanted: skip autograd's bookkeeping
