@@ -25,8 +25,8 @@ from course_lib.weighted_sum import (
 from .bench_weighted_sum import DTYPES, SHAPES
 
 ROWS = [1, 2, 4, 8, 16, 32, 64]
-COLS = [64, 128, 256, 512, 1024, 2048, 4096]
-WARPS = [4, 8]
+COLS = [64, 128, 256, 512, 1024, 2048, 4096, 8192]
+WARPS = [2, 4, 8, 16]
 
 
 def candidates(n_cols, element_size):

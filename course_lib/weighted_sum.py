@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .runtime import cdiv, multiprocessor_count, next_power_of_2, num_warps_for
+from .runtime import cdiv, multiprocessor_count, next_power_of_2
 from .validation import (
     check_index_range,
     check_same_device_and_dtype,
@@ -21,38 +21,53 @@ from .validation import (
 
 
 @triton.jit
+def _weighted_tile(x_row_ptrs, weight_ptr, cols, n_cols, row_mask, stride_x_col, stride_weight,
+                   X_EVICTION: tl.constexpr):
+    """x[rows, cols] * weight[cols] in float32, zero outside the matrix."""
+    col_mask = cols < n_cols
+    x = tl.load(
+        x_row_ptrs + cols[None, :].to(tl.int64) * stride_x_col,
+        mask=row_mask[:, None] & col_mask[None, :],
+        other=0.0,
+        eviction_policy=X_EVICTION,
+    )
+    w = tl.load(weight_ptr + cols * stride_weight, mask=col_mask, other=0.0)
+    return x.to(tl.float32) * w.to(tl.float32)[None, :]
+
+
+@triton.jit
 def weighted_sum_forward_kernel(
     x_ptr, weight_ptr, y_ptr,
     n_rows, n_cols,
     stride_x_row, stride_x_col, stride_weight, stride_y,
     BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, NUM_STAGES: tl.constexpr,
-    X_EVICTION: tl.constexpr,
+    WHOLE_ROWS: tl.constexpr,
 ):
-    """One program computes BLOCK_ROWS outputs, walking the columns a tile at a time.
+    """One program computes BLOCK_ROWS outputs.
 
-    X_EVICTION is the cache policy of the loads of x ("" for the default, or
-    "evict_first": x is read once, so its lines may be the first to leave the cache).
+    WHOLE_ROWS (the launcher sets it when BLOCK_COLS >= n_cols): one tile holds the
+    program's rows, loaded once, with no loop. Otherwise the program walks the
+    columns a tile at a time.
     """
     row_block = tl.program_id(0)
     rows = row_block * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     row_mask = rows < n_rows
     # 64-bit row offsets: rows * stride can pass 2**31 on large inputs.
     x_row_ptrs = x_ptr + rows.to(tl.int64)[:, None] * stride_x_row
-    # Accumulate a whole tile in float32 and reduce once at the end: one reduction
-    # per program instead of one per column tile.
-    acc = tl.zeros((BLOCK_ROWS, BLOCK_COLS), dtype=tl.float32)
-    # num_stages > 1 lets the compiler issue the next tiles' loads before this one is used.
-    for col_start in tl.range(0, n_cols, BLOCK_COLS, num_stages=NUM_STAGES):
-        cols = col_start + tl.arange(0, BLOCK_COLS)
-        col_mask = cols < n_cols
-        x = tl.load(
-            x_row_ptrs + cols[None, :].to(tl.int64) * stride_x_col,
-            mask=row_mask[:, None] & col_mask[None, :],
-            other=0.0,
-            eviction_policy=X_EVICTION,
-        )
-        w = tl.load(weight_ptr + cols * stride_weight, mask=col_mask, other=0.0)
-        acc += x.to(tl.float32) * w.to(tl.float32)[None, :]
+    if WHOLE_ROWS:
+        # x is read once: "evict_first" lets its lines be the first to leave the
+        # cache (2-5% faster on an H200; across several column tiles it cost up to
+        # 5% in float32, so the loop below keeps the default).
+        acc = _weighted_tile(x_row_ptrs, weight_ptr, tl.arange(0, BLOCK_COLS), n_cols, row_mask,
+                             stride_x_col, stride_weight, "evict_first")
+    else:
+        # Accumulate a whole tile in float32 and reduce once at the end: one
+        # reduction per program instead of one per column tile.
+        acc = tl.zeros((BLOCK_ROWS, BLOCK_COLS), dtype=tl.float32)
+        # num_stages > 1 lets the compiler issue the next tiles' loads before this one is used.
+        for col_start in tl.range(0, n_cols, BLOCK_COLS, num_stages=NUM_STAGES):
+            acc += _weighted_tile(x_row_ptrs, weight_ptr, col_start + tl.arange(0, BLOCK_COLS), n_cols, row_mask,
+                                  stride_x_col, stride_weight, "")
     y = tl.sum(acc, axis=1)
     tl.store(y_ptr + rows.to(tl.int64) * stride_y, y.to(y_ptr.dtype.element_ty), mask=row_mask)
 
@@ -120,21 +135,27 @@ def column_sum_kernel(
 # -------------------------------------------------------------------------- launchers
 
 
+FORWARD_TILE_BYTES = 16384
+
+
 def forward_tiles(n_cols, element_size):
     """(BLOCK_ROWS, BLOCK_COLS, num_warps, NUM_STAGES) for the forward kernel.
 
-    Measured on an H200 (benchmarks/tune_weighted_sum.py): 4 warps loading 8 KiB to
-    16 KiB a step (at least two rows) come within a few percent of the best swept tile
-    at every shape; more warps only add registers and reduction work. The exception
-    is 16-bit rows of up to 2048 values, whose 8 KiB tiles of whole rows are faster on
-    2 warps, 64 values a thread (bfloat16 65536 x 1024: 0.86 against 0.73 C; 1048576
-    x 128: 0.91 against 0.88 C); float32 measured the same on 1 to 8 warps.
-    Pipelining the column loop (NUM_STAGES > 1) only slowed it.
+    Measured on an H200 (benchmarks/tune_weighted_sum.py), as fractions of copy
+    bandwidth C. Whole rows in tiles of 16 KiB on 16 warps, a KiB of x a warp, came
+    within 2% of the best swept tile at every power-of-two width from 128 to 8192
+    columns (bfloat16 16384 x 8192: 0.93 C, against 0.88 C for the two-row tiles of 4
+    warps used before). The kernel loads such a tile without a loop: a loop of one trip over the same tile took 86.6 us against
+    65.7 us (bfloat16 16384 x 8192, Triton 3.6). Widths between powers of two pad
+    the tile and fare worse: 0.67 C at 4608 bfloat16 columns (44% padding), against
+    0.75 C for the best tile swept there and 0.60 C before. Rows wider than a tile
+    are walked two at a time in tiles of 16 KiB on 4 warps (float32 16384 x 8192:
+    0.96 C, within 1% of the best). Pipelining the column loop only slowed it.
     """
-    block_cols = min(next_power_of_2(n_cols), 8192 // element_size)
-    block_rows = max(2, 8192 // element_size // block_cols)
-    whole_16bit_rows = element_size == 2 and block_cols <= 2048  # 8 KiB tiles of whole rows
-    return block_rows, block_cols, 2 if whole_16bit_rows else 4, 1
+    row_block = next_power_of_2(n_cols)
+    if row_block * element_size <= FORWARD_TILE_BYTES:
+        return FORWARD_TILE_BYTES // (row_block * element_size), row_block, 16, 1
+    return 2, FORWARD_TILE_BYTES // 2 // element_size, 4, 1
 
 
 def backward_tiles(n_cols, element_size):
@@ -203,16 +224,12 @@ def weighted_sum_forward(x, weight, tiles=None):
         return y.reshape(x.shape[:-1])
     block_rows, block_cols, num_warps, num_stages = tiles or forward_tiles(n_cols, x.element_size())
     grid = (cdiv(n_rows, block_rows),)
-    # When a row fits in one tile, marking x evict_first sped the forward up by 2-5%
-    # on an H200, at these tiles; across several column tiles it cost up to 5% in
-    # float32.
-    x_eviction = "evict_first" if block_cols >= n_cols else ""
     with on_device_of(x):
         weighted_sum_forward_kernel[grid](
             x2d, weight, y,
             n_rows, n_cols,
             x2d.stride(0), x2d.stride(1), weight.stride(0), y.stride(0),
-            BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, NUM_STAGES=num_stages, X_EVICTION=x_eviction,
+            BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, NUM_STAGES=num_stages, WHOLE_ROWS=block_cols >= n_cols,
             num_warps=num_warps,
         )
     return y.reshape(x.shape[:-1])

@@ -4,7 +4,7 @@ import torch
 from conftest import DTYPES, assert_matches, gpu_only, poison_cached_memory
 from course_lib import references, weighted_sum
 from course_lib.runtime import DEVICE, pick
-from course_lib.weighted_sum import backward_tiles, forward_tiles
+from course_lib.weighted_sum import backward_tiles, forward_tiles, weighted_sum_forward
 
 SHAPES = [(1, 1), (7, 3), (5, 16), (33, 17), (2, 3, 129), (4, 1000), (2, 1, 1, 5)] + pick(
     gpu=[(1000, 4099), (3, 70000), (70000, 3), (2, 4096, 257)], cpu=[(130, 300)]
@@ -114,6 +114,17 @@ def test_grad_weight_is_bitwise_deterministic():
     grads = [torch.autograd.grad(weighted_sum(x, weight), weight, grad_y)[0] for _ in range(5)]
     for g in grads[1:]:
         assert torch.equal(g, grads[0])
+
+
+@pytest.mark.parametrize("tiles", [(2, 64, 4, 1), (1, 128, 2, 2), (4, 512, 4, 1), (1, 8192, 16, 1)], ids=str)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_forward_column_loop_and_whole_row_tiles(tiles, dtype):
+    # Tiles narrower than the row take the kernel's column loop; wider ones its
+    # whole-row branch. The default tiles of small inputs only reach the second.
+    x = torch.randn(37, 300, device=DEVICE, dtype=dtype)
+    weight = torch.randn(300, device=DEVICE, dtype=dtype)
+    y = weighted_sum_forward(x, weight, tiles)
+    assert_matches(y, references.weighted_sum(x.double(), weight.double()), dtype, length=300, what="y")
 
 
 @pytest.mark.parametrize("tiles", [forward_tiles, backward_tiles])
