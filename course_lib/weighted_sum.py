@@ -138,24 +138,50 @@ def column_sum_kernel(
 FORWARD_TILE_BYTES = 16384
 
 
-def forward_tiles(n_cols, element_size):
+def forward_tiles(n_cols, element_size, wide_loads=True):
     """(BLOCK_ROWS, BLOCK_COLS, num_warps, NUM_STAGES) for the forward kernel.
 
+    ``wide_loads``: whether Triton can read x 16 bytes at a time (``loads_can_be_wide``).
     Measured on an H200 (benchmarks/tune_weighted_sum.py), as fractions of copy
-    bandwidth C. Whole rows in tiles of 16 KiB on 16 warps, a KiB of x a warp, came
-    within 2% of the best swept tile at every power-of-two width from 128 to 8192
-    columns (bfloat16 16384 x 8192: 0.93 C, against 0.88 C for the two-row tiles of 4
-    warps used before). The kernel loads such a tile without a loop: a loop of one trip over the same tile took 86.6 us against
-    65.7 us (bfloat16 16384 x 8192, Triton 3.6). Widths between powers of two pad
-    the tile and fare worse: 0.67 C at 4608 bfloat16 columns (44% padding), against
-    0.75 C for the best tile swept there and 0.60 C before. Rows wider than a tile
-    are walked two at a time in tiles of 16 KiB on 4 warps (float32 16384 x 8192:
-    0.96 C, within 1% of the best). Pipelining the column loop only slowed it.
+    bandwidth C:
+
+    * Whole rows in tiles of 16 KiB on 16 warps, a KiB of x a warp, came within 2% of
+      the best swept tile at every power-of-two width from 128 to 8192 columns
+      (bfloat16 16384 x 8192: 0.93 C, against 0.88 C for the two-row tiles of 4 warps
+      used before). The kernel loads such a tile without a loop: a loop of one trip
+      over the same tile took 86.6 us against 65.7 us (bfloat16 16384 x 8192, Triton
+      3.6). Widths between powers of two pad the tile: 0.67 C at 4608 bfloat16
+      columns (44% padding), against 0.75 C for the best tile swept there.
+    * When every value is a load of its own, fewer warps, each with more values in
+      flight, do better: a warp for every 1024 columns of the tile, at least two rows
+      and 4 KiB. bfloat16 65536 x 1000: 0.75 C, against 0.48 C on the 16 warps above;
+      1048576 x 100 0.70 against 0.25 C; 16384 x 5000 0.47 against 0.28 C; float32
+      16384 x 3000 0.89 against 0.61 C.
+    * Rows wider than 16 KiB are walked two at a time in tiles of 16 KiB on 4 warps
+      (float32 16384 x 8192: 0.96 C, within 1% of the best). Pipelining the column
+      loop only slowed it.
     """
     row_block = next_power_of_2(n_cols)
-    if row_block * element_size <= FORWARD_TILE_BYTES:
-        return FORWARD_TILE_BYTES // (row_block * element_size), row_block, 16, 1
-    return 2, FORWARD_TILE_BYTES // 2 // element_size, 4, 1
+    row_bytes = row_block * element_size
+    if row_bytes > FORWARD_TILE_BYTES:
+        return 2, FORWARD_TILE_BYTES // 2 // element_size, 4, 1
+    if wide_loads:
+        return FORWARD_TILE_BYTES // row_bytes, row_block, 16, 1
+    return max(2, 4096 // row_bytes), row_block, max(1, row_block // 1024), 1
+
+
+def loads_can_be_wide(x2d):
+    """Whether Triton can prove that 16-byte loads of x's rows are aligned and wholly
+    inside or outside the column mask. At each launch it notes which integer
+    arguments are divisible by 16 and which pointers are 16-byte aligned, and
+    compiles with those facts; n_cols and the row stride must be such integers
+    (1000, though a multiple of 8, is not)."""
+    return (
+        x2d.stride(1) == 1
+        and x2d.shape[1] % 16 == 0
+        and x2d.stride(0) % 16 == 0
+        and x2d.data_ptr() % 16 == 0
+    )
 
 
 def backward_tiles(n_cols, element_size):
@@ -222,7 +248,9 @@ def weighted_sum_forward(x, weight, tiles=None):
     y = torch.empty(n_rows, device=x.device, dtype=x.dtype)
     if n_rows == 0:
         return y.reshape(x.shape[:-1])
-    block_rows, block_cols, num_warps, num_stages = tiles or forward_tiles(n_cols, x.element_size())
+    block_rows, block_cols, num_warps, num_stages = tiles or forward_tiles(
+        n_cols, x.element_size(), loads_can_be_wide(x2d)
+    )
     grid = (cdiv(n_rows, block_rows),)
     with on_device_of(x):
         weighted_sum_forward_kernel[grid](

@@ -1,10 +1,12 @@
+import functools
+
 import pytest
 import torch
 
 from conftest import DTYPES, assert_matches, gpu_only, poison_cached_memory
 from course_lib import references, weighted_sum
 from course_lib.runtime import DEVICE, pick
-from course_lib.weighted_sum import backward_tiles, forward_tiles, weighted_sum_forward
+from course_lib.weighted_sum import backward_tiles, forward_tiles, loads_can_be_wide, weighted_sum_forward
 
 SHAPES = [(1, 1), (7, 3), (5, 16), (33, 17), (2, 3, 129), (4, 1000), (2, 1, 1, 5)] + pick(
     gpu=[(1000, 4099), (3, 70000), (70000, 3), (2, 4096, 257)], cpu=[(130, 300)]
@@ -127,7 +129,11 @@ def test_forward_column_loop_and_whole_row_tiles(tiles, dtype):
     assert_matches(y, references.weighted_sum(x.double(), weight.double()), dtype, length=300, what="y")
 
 
-@pytest.mark.parametrize("tiles", [forward_tiles, backward_tiles])
+@pytest.mark.parametrize(
+    "tiles",
+    [forward_tiles, functools.partial(forward_tiles, wide_loads=False), backward_tiles],
+    ids=["forward", "forward_narrow_loads", "backward"],
+)
 @pytest.mark.parametrize("n_cols", [1, 2, 3, 15, 16, 17, 100, 128, 1000, 8192, 100_000])
 @pytest.mark.parametrize("element_size", [2, 4])
 def test_tiles_are_powers_of_two_and_never_zero(tiles, n_cols, element_size):
@@ -135,6 +141,15 @@ def test_tiles_are_powers_of_two_and_never_zero(tiles, n_cols, element_size):
     for value in (block_rows, block_cols, num_warps):
         assert value >= 1 and value & (value - 1) == 0
     assert num_stages >= 1
+
+
+def test_loads_can_be_wide_only_when_triton_can_prove_it():
+    base = torch.randn(8, 1040, device=DEVICE)
+    assert loads_can_be_wide(base[:, :1024])  # row stride 1040 and 1024 columns: multiples of 16
+    assert not loads_can_be_wide(base[:, :1000])  # 1000 columns: a multiple of 8, not of 16
+    assert not loads_can_be_wide(base[:, 16:1008].t())  # columns 1040 values apart
+    assert not loads_can_be_wide(base[:, 1:1025])  # starts 4 bytes past an aligned address
+    assert not loads_can_be_wide(torch.randn(8, 1032, device=DEVICE)[:, :1024])  # row stride 1032
 
 
 # ------------------------------------------------------------------------ bad input
