@@ -53,7 +53,7 @@ from .validation import (
     on_device_of,
     wants_gradient,
 )
-from .weighted_sum import _as_rows, sum_partial_rows
+from .weighted_sum import _as_rows, _multiple_of, sum_partial_rows, vector_width
 
 # ---------------------------------------------------------------------------- kernels
 
@@ -76,9 +76,12 @@ def layernorm_forward_kernel(
     n_rows, n_cols, eps,
     stride_x_row, stride_x_col, stride_gamma, stride_beta, stride_y_row,
     HAS_GAMMA: tl.constexpr, HAS_BETA: tl.constexpr, STABLE: tl.constexpr, SAVE_STATS: tl.constexpr,
-    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, VEC: tl.constexpr,
 ):
     """One program normalises BLOCK_ROWS whole rows held in registers (BLOCK_COLS >= n_cols)."""
+    n_cols = _multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (vector_width)
+    stride_x_row = _multiple_of(stride_x_row, VEC)
+    stride_y_row = _multiple_of(stride_y_row, VEC)
     rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     cols = tl.arange(0, BLOCK_COLS)
     row_mask = rows < n_rows
@@ -122,9 +125,12 @@ def layernorm_forward_looped_kernel(
     n_rows, n_cols, eps,
     stride_x_row, stride_x_col, stride_gamma, stride_beta, stride_y_row,
     HAS_GAMMA: tl.constexpr, HAS_BETA: tl.constexpr, STABLE: tl.constexpr, SAVE_STATS: tl.constexpr,
-    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, NUM_STAGES: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, NUM_STAGES: tl.constexpr, VEC: tl.constexpr,
 ):
     """Rows wider than a block: one pass over tiles for the statistics, one to normalise."""
+    n_cols = _multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (vector_width)
+    stride_x_row = _multiple_of(stride_x_row, VEC)
+    stride_y_row = _multiple_of(stride_y_row, VEC)
     rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     row_mask = rows < n_rows
     rows64 = rows.to(tl.int64)
@@ -229,7 +235,7 @@ def layernorm_backward_kernel(
     stride_x_row, stride_x_col, stride_gamma, stride_grad_y_row, stride_grad_y_col,
     stride_grad_x_row, stride_partial_row,
     HAS_GAMMA: tl.constexpr, HAS_BETA: tl.constexpr, STABLE: tl.constexpr,
-    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, NUM_STAGES: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, NUM_STAGES: tl.constexpr, VEC: tl.constexpr,
 ):
     """A persistent program: dx for its range of rows, whole rows in registers.
 
@@ -237,6 +243,10 @@ def layernorm_backward_kernel(
     writes them as its partial row of dgamma (then dbeta): no atomics, and the partial
     rows are added in a fixed order afterwards.
     """
+    n_cols = _multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (vector_width)
+    stride_x_row = _multiple_of(stride_x_row, VEC)
+    stride_grad_y_row = _multiple_of(stride_grad_y_row, VEC)
+    stride_grad_x_row = _multiple_of(stride_grad_x_row, VEC)
     program = tl.program_id(0)
     cols, col_mask, col_offsets_x, col_offsets_grad_y = _column_block(
         0, n_cols, stride_x_col, stride_grad_y_col, BLOCK_COLS)
@@ -282,7 +292,7 @@ def layernorm_backward_partials_kernel(
     stride_x_row, stride_x_col, stride_gamma, stride_grad_y_row, stride_grad_y_col,
     stride_sums_plane, stride_partial_row,
     HAS_GAMMA: tl.constexpr, HAS_BETA: tl.constexpr, STABLE: tl.constexpr,
-    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, NUM_STAGES: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, NUM_STAGES: tl.constexpr, VEC: tl.constexpr,
 ):
     """Rows wider than a block, stage 1: program (c, g) owns column block c and the rows of group g.
 
@@ -291,6 +301,9 @@ def layernorm_backward_partials_kernel(
     dy * gamma and dy * gamma * xhat (and the count of maxima), into row_sums[q, row, c].
     Its partial dgamma and dbeta stay in registers down the rows, as in chapter 1.
     """
+    n_cols = _multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (vector_width)
+    stride_x_row = _multiple_of(stride_x_row, VEC)
+    stride_grad_y_row = _multiple_of(stride_grad_y_row, VEC)
     col_block = tl.program_id(0)
     row_group = tl.program_id(1)
     n_col_blocks = tl.num_programs(0)
@@ -334,10 +347,14 @@ def layernorm_backward_dx_kernel(
     n_rows, n_cols, n_col_blocks, eps,
     stride_x_row, stride_x_col, stride_gamma, stride_grad_y_row, stride_grad_y_col,
     stride_grad_x_row, stride_sums_plane,
-    HAS_GAMMA: tl.constexpr, STABLE: tl.constexpr,
+    HAS_GAMMA: tl.constexpr, STABLE: tl.constexpr, VEC: tl.constexpr,
     BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, BLOCK_SUMS: tl.constexpr, NUM_STAGES: tl.constexpr,
 ):
     """Rows wider than a block, stage 2: add up each row's sums in a fixed order, then walk the row writing dx."""
+    n_cols = _multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (vector_width)
+    stride_x_row = _multiple_of(stride_x_row, VEC)
+    stride_grad_y_row = _multiple_of(stride_grad_y_row, VEC)
+    stride_grad_x_row = _multiple_of(stride_grad_x_row, VEC)
     # Rows in reverse: stage 1 read the last rows last, so they are the likeliest still in L2.
     rows = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     row_mask = rows < n_rows
@@ -463,7 +480,7 @@ def layernorm_backward_split_rows_kernel(
     stride_x_row, stride_x_col, stride_gamma, stride_grad_y_row, stride_grad_y_col,
     stride_grad_x_row, stride_partial_row,
     HAS_GAMMA: tl.constexpr, HAS_BETA: tl.constexpr, STABLE: tl.constexpr,
-    BLOCK_COLS: tl.constexpr, TILES_BLOCK: tl.constexpr, PREFETCH: tl.constexpr,
+    BLOCK_COLS: tl.constexpr, TILES_BLOCK: tl.constexpr, PREFETCH: tl.constexpr, VEC: tl.constexpr,
 ):
     """Rows wider than a block, read once: program (g, c) holds column block c of rows
     g, g + num_programs(0), ... one row at a time, with its partial dgamma and dbeta in
@@ -475,6 +492,10 @@ def layernorm_backward_split_rows_kernel(
     launcher sees to it). With PREFETCH the next row's tile is loaded before the wait,
     so the load runs during it; that takes registers for a second tile.
     """
+    n_cols = _multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (vector_width)
+    stride_x_row = _multiple_of(stride_x_row, VEC)
+    stride_grad_y_row = _multiple_of(stride_grad_y_row, VEC)
+    stride_grad_x_row = _multiple_of(stride_grad_x_row, VEC)
     N_SUMS: tl.constexpr = 3 if STABLE else 2  # sum of g, of g * xhat, and the count of maxima
     group = tl.program_id(0)
     tile = tl.program_id(1)
@@ -711,7 +732,8 @@ def layernorm_forward(x, gamma, beta, eps, stable, *, save_stats, tiles=None):
             n_rows, n_cols, eps,
             x2d.stride(0), x2d.stride(1), _stride(gamma), _stride(beta), y.stride(0),
             HAS_GAMMA=gamma is not None, HAS_BETA=beta is not None, STABLE=stable, SAVE_STATS=save_stats,
-            BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, num_warps=num_warps, **loop_options,
+            BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, VEC=vector_width(x2d, y), num_warps=num_warps,
+            **loop_options,
         )
     return y.reshape(x.shape), stats
 
@@ -727,7 +749,7 @@ def _partial_rows(n_rows, block_rows, groups_wanted, partial_width, device):
     return rows_per_group, partial
 
 
-def _backward_whole_rows(x2d, gamma, has_beta, grad_y, grad_x, stats, eps, stable, config, partial_width):
+def _backward_whole_rows(x2d, gamma, has_beta, grad_y, grad_x, stats, eps, stable, config, partial_width, vec):
     """The persistent kernel: dx, and the partial rows of dgamma and dbeta it returns."""
     n_rows, n_cols = x2d.shape
     block_rows, block_cols, num_warps, num_stages = config.tiles
@@ -740,12 +762,12 @@ def _backward_whole_rows(x2d, gamma, has_beta, grad_y, grad_x, stats, eps, stabl
         x2d.stride(0), x2d.stride(1), _stride(gamma), grad_y.stride(0), grad_y.stride(1),
         grad_x.stride(0), partial.stride(0),
         HAS_GAMMA=gamma is not None, HAS_BETA=has_beta, STABLE=stable,
-        BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, NUM_STAGES=num_stages, num_warps=num_warps,
+        BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, NUM_STAGES=num_stages, VEC=vec, num_warps=num_warps,
     )
     return partial
 
 
-def _backward_two_stages(x2d, gamma, has_beta, grad_y, grad_x, stats, eps, stable, config, partial_width):
+def _backward_two_stages(x2d, gamma, has_beta, grad_y, grad_x, stats, eps, stable, config, partial_width, vec):
     """Rows wider than a block: the partial sums kernel, then the dx kernel."""
     n_rows, n_cols = x2d.shape
     block_rows, block_cols, num_warps, num_stages = config.tiles
@@ -761,7 +783,7 @@ def _backward_two_stages(x2d, gamma, has_beta, grad_y, grad_x, stats, eps, stabl
         x2d.stride(0), x2d.stride(1), _stride(gamma), grad_y.stride(0), grad_y.stride(1),
         row_sums.stride(0), partial.stride(0),
         HAS_GAMMA=gamma is not None, HAS_BETA=has_beta, STABLE=stable,
-        BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, NUM_STAGES=num_stages, num_warps=num_warps,
+        BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, NUM_STAGES=num_stages, VEC=vec, num_warps=num_warps,
     )
     dx_rows, dx_cols, dx_warps, dx_stages = config.dx_tiles
     layernorm_backward_dx_kernel[(cdiv(n_rows, dx_rows),)](
@@ -769,7 +791,7 @@ def _backward_two_stages(x2d, gamma, has_beta, grad_y, grad_x, stats, eps, stabl
         n_rows, n_cols, col_blocks, eps,
         x2d.stride(0), x2d.stride(1), _stride(gamma), grad_y.stride(0), grad_y.stride(1),
         grad_x.stride(0), row_sums.stride(0),
-        HAS_GAMMA=gamma is not None, STABLE=stable,
+        HAS_GAMMA=gamma is not None, STABLE=stable, VEC=vec,
         BLOCK_ROWS=dx_rows, BLOCK_COLS=dx_cols, BLOCK_SUMS=min(next_power_of_2(col_blocks), 256),
         NUM_STAGES=dx_stages, num_warps=dx_warps,
     )
@@ -785,7 +807,7 @@ def _can_split_rows(n_cols, split_block):
     return n_tiles <= SPLIT_PROGRAMS_PER_SM * multiprocessor_count() if ON_GPU else n_tiles == 1
 
 
-def _backward_split_rows(x2d, gamma, has_beta, grad_y, grad_x, stats, eps, stable, block_cols, partial_width):
+def _backward_split_rows(x2d, gamma, has_beta, grad_y, grad_x, stats, eps, stable, block_cols, partial_width, vec):
     """The split-row kernel: dx, and the partial rows of dgamma and dbeta it returns."""
     n_rows, n_cols = x2d.shape
     n_tiles = cdiv(n_cols, block_cols)
@@ -800,7 +822,7 @@ def _backward_split_rows(x2d, gamma, has_beta, grad_y, grad_x, stats, eps, stabl
         grad_x.stride(0), partial.stride(0),
         HAS_GAMMA=gamma is not None, HAS_BETA=has_beta, STABLE=stable,
         BLOCK_COLS=block_cols, TILES_BLOCK=slots_block(n_tiles, SPLIT_ROW_WARPS, words_a_tile=4), PREFETCH=x2d.element_size() < 4,
-        num_warps=SPLIT_ROW_WARPS,
+        VEC=vec, num_warps=SPLIT_ROW_WARPS,
     )
     return partial
 
@@ -827,7 +849,8 @@ def layernorm_backward(grad_y, x, gamma, has_beta, stats, eps, stable, *, config
         else:
             backward, plan = _backward_two_stages, config
         with on_device_of(x):
-            partial = backward(x2d, gamma, has_beta, grad_y, grad_x, stats, eps, stable, plan, partial_width)
+            vec = vector_width(x2d, grad_y, grad_x)
+            partial = backward(x2d, gamma, has_beta, grad_y, grad_x, stats, eps, stable, plan, partial_width, vec)
             sums = sum_partial_rows(partial, x.dtype) if partial_width else None
     grad_gamma = sums[:n_cols] if has_gamma else None
     grad_beta = sums[partial_width - n_cols:] if has_beta else None

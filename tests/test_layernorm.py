@@ -220,6 +220,16 @@ def test_any_strides(dtype, kernels, monkeypatch):
     check_forward_and_backward(base, broadcast_gamma, None, dtype)
 
 
+@pytest.mark.parametrize("kernels", KERNELS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("width, row_stride", [(200, 208), (200, 204), (96, 100)], ids=str)
+def test_rows_narrower_than_their_stride(width, row_stride, dtype, kernels, monkeypatch):
+    # Contiguous rows whose stride is not their width: the kernels' VEC must divide both.
+    use_kernels(monkeypatch, kernels)
+    x = random_rows((37, row_stride), dtype)[:, :width]
+    check_forward_and_backward(x, *random_params(width, dtype), dtype)
+
+
 def test_gradient_through_sum_has_stride_zero_grad():
     x = random_rows((9, 33), torch.float32).requires_grad_()
     gamma = torch.randn(33, device=DEVICE, requires_grad=True)

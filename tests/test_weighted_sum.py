@@ -6,7 +6,7 @@ import torch
 from conftest import DTYPES, assert_matches, gpu_only, poison_cached_memory
 from course_lib import references, weighted_sum
 from course_lib.runtime import DEVICE, pick
-from course_lib.weighted_sum import backward_tiles, forward_tiles, loads_can_be_wide, weighted_sum_forward
+from course_lib.weighted_sum import backward_tiles, forward_tiles, vector_width, weighted_sum_forward
 
 SHAPES = [(1, 1), (7, 3), (5, 16), (33, 17), (2, 3, 129), (4, 1000), (2, 1, 1, 5)] + pick(
     gpu=[(1000, 4099), (3, 70000), (70000, 3), (2, 4096, 257)], cpu=[(130, 300)]
@@ -143,14 +143,25 @@ def test_tiles_are_powers_of_two_and_never_zero(tiles, n_cols, element_size):
     assert num_stages >= 1
 
 
-def test_loads_can_be_wide_only_when_triton_can_prove_it():
-    # Each rejected view fails exactly one of the conditions; the others hold.
-    base = torch.randn(8, 1040, device=DEVICE)
-    assert loads_can_be_wide(base[:, :1024])  # row stride 1040 and 1024 columns: multiples of 16
-    assert not loads_can_be_wide(base[:, :1000])  # 1000 columns: a multiple of 8, not of 16
-    assert not loads_can_be_wide(torch.randn(8, 2048, device=DEVICE)[:, ::2])  # columns 2 values apart
-    assert not loads_can_be_wide(base[:, 1:1025])  # starts 4 bytes past an aligned address
-    assert not loads_can_be_wide(torch.randn(8, 1032, device=DEVICE)[:, :1024])  # row stride 1032
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_vector_width_divides_the_width_and_every_row_stride(dtype):
+    full = 16 // torch.empty(0, dtype=dtype).element_size()  # 16 bytes: 4 float32 or 8 16-bit values
+    rows = torch.randn(8, 1040, device=DEVICE, dtype=dtype)
+    assert vector_width(rows[:, :1024]) == full  # width 1024, row stride 1040
+    assert vector_width(rows[:, :1000]) == full  # 1000 = 8 * 125: enough, though not a multiple of 16
+    assert vector_width(rows[:, :1002]) == 2  # 1002 = 2 * 501
+    stride_1004 = torch.randn(8, 1004, device=DEVICE, dtype=dtype)[:, :1000]
+    assert vector_width(rows[:, :1000], stride_1004) == 4  # every view counts: 1004 = 4 * 251
+    assert vector_width(torch.randn(8, 2048, device=DEVICE, dtype=dtype)[:, ::2]) == 1  # columns 2 apart
+    assert vector_width(rows[:, 1:1025]) == 1  # starts one value past a 16-byte boundary
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("width, row_stride", [(1000, 1040), (1000, 1004), (96, 100), (1002, 1002)], ids=str)
+def test_rows_narrower_than_their_stride(width, row_stride, dtype):
+    # Contiguous rows whose stride is not their width: VEC must divide both.
+    x = torch.randn(37, row_stride, device=DEVICE, dtype=dtype)[:, :width]
+    check_forward_and_backward(x, torch.randn(width, device=DEVICE, dtype=dtype), dtype)
 
 
 # ------------------------------------------------------------------------ bad input
