@@ -53,7 +53,7 @@ from .validation import (
     on_device_of,
     wants_gradient,
 )
-from .weighted_sum import _as_rows, _multiple_of, sum_partial_rows, vector_width
+from .weighted_sum import _as_rows, _multiple_of, sum_partial_rows, width_hint
 
 # ---------------------------------------------------------------------------- kernels
 
@@ -79,7 +79,7 @@ def layernorm_forward_kernel(
     BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, VEC: tl.constexpr,
 ):
     """One program normalises BLOCK_ROWS whole rows held in registers (BLOCK_COLS >= n_cols)."""
-    n_cols = _multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (vector_width)
+    n_cols = _multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (width_hint)
     stride_x_row = _multiple_of(stride_x_row, VEC)
     stride_y_row = _multiple_of(stride_y_row, VEC)
     rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
@@ -128,7 +128,7 @@ def layernorm_forward_looped_kernel(
     BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, NUM_STAGES: tl.constexpr, VEC: tl.constexpr,
 ):
     """Rows wider than a block: one pass over tiles for the statistics, one to normalise."""
-    n_cols = _multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (vector_width)
+    n_cols = _multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (width_hint)
     stride_x_row = _multiple_of(stride_x_row, VEC)
     stride_y_row = _multiple_of(stride_y_row, VEC)
     rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
@@ -243,7 +243,7 @@ def layernorm_backward_kernel(
     writes them as its partial row of dgamma (then dbeta): no atomics, and the partial
     rows are added in a fixed order afterwards.
     """
-    n_cols = _multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (vector_width)
+    n_cols = _multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (width_hint)
     stride_x_row = _multiple_of(stride_x_row, VEC)
     stride_grad_y_row = _multiple_of(stride_grad_y_row, VEC)
     stride_grad_x_row = _multiple_of(stride_grad_x_row, VEC)
@@ -301,7 +301,7 @@ def layernorm_backward_partials_kernel(
     dy * gamma and dy * gamma * xhat (and the count of maxima), into row_sums[q, row, c].
     Its partial dgamma and dbeta stay in registers down the rows, as in chapter 1.
     """
-    n_cols = _multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (vector_width)
+    n_cols = _multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (width_hint)
     stride_x_row = _multiple_of(stride_x_row, VEC)
     stride_grad_y_row = _multiple_of(stride_grad_y_row, VEC)
     col_block = tl.program_id(0)
@@ -351,7 +351,7 @@ def layernorm_backward_dx_kernel(
     BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, BLOCK_SUMS: tl.constexpr, NUM_STAGES: tl.constexpr,
 ):
     """Rows wider than a block, stage 2: add up each row's sums in a fixed order, then walk the row writing dx."""
-    n_cols = _multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (vector_width)
+    n_cols = _multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (width_hint)
     stride_x_row = _multiple_of(stride_x_row, VEC)
     stride_grad_y_row = _multiple_of(stride_grad_y_row, VEC)
     stride_grad_x_row = _multiple_of(stride_grad_x_row, VEC)
@@ -492,7 +492,7 @@ def layernorm_backward_split_rows_kernel(
     launcher sees to it). With PREFETCH the next row's tile is loaded before the wait,
     so the load runs during it; that takes registers for a second tile.
     """
-    n_cols = _multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (vector_width)
+    n_cols = _multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (width_hint)
     stride_x_row = _multiple_of(stride_x_row, VEC)
     stride_grad_y_row = _multiple_of(stride_grad_y_row, VEC)
     stride_grad_x_row = _multiple_of(stride_grad_x_row, VEC)
@@ -732,7 +732,7 @@ def layernorm_forward(x, gamma, beta, eps, stable, *, save_stats, tiles=None):
             n_rows, n_cols, eps,
             x2d.stride(0), x2d.stride(1), _stride(gamma), _stride(beta), y.stride(0),
             HAS_GAMMA=gamma is not None, HAS_BETA=beta is not None, STABLE=stable, SAVE_STATS=save_stats,
-            BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, VEC=vector_width(x2d, y), num_warps=num_warps,
+            BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, VEC=width_hint(x2d, y), num_warps=num_warps,
             **loop_options,
         )
     return y.reshape(x.shape), stats
@@ -849,7 +849,7 @@ def layernorm_backward(grad_y, x, gamma, has_beta, stats, eps, stable, *, config
         else:
             backward, plan = _backward_two_stages, config
         with on_device_of(x):
-            vec = vector_width(x2d, grad_y, grad_x)
+            vec = width_hint(x2d, grad_y, grad_x)
             partial = backward(x2d, gamma, has_beta, grad_y, grad_x, stats, eps, stable, plan, partial_width, vec)
             sums = sum_partial_rows(partial, x.dtype) if partial_width else None
     grad_gamma = sums[:n_cols] if has_gamma else None

@@ -6,7 +6,7 @@ import torch
 from conftest import DTYPES, assert_matches, gpu_only, poison_cached_memory
 from course_lib import references, weighted_sum
 from course_lib.runtime import DEVICE, pick
-from course_lib.weighted_sum import backward_tiles, forward_tiles, vector_width, weighted_sum_forward
+from course_lib.weighted_sum import backward_tiles, forward_tiles, vector_width, weighted_sum_forward, width_hint
 
 SHAPES = [(1, 1), (7, 3), (5, 16), (33, 17), (2, 3, 129), (4, 1000), (2, 1, 1, 5)] + pick(
     gpu=[(1000, 4099), (3, 70000), (70000, 3), (2, 4096, 257)], cpu=[(130, 300)]
@@ -154,6 +154,14 @@ def test_vector_width_divides_the_width_and_every_row_stride(dtype):
     assert vector_width(rows[:, :1000], stride_1004) == 4  # every view counts: 1004 = 4 * 251
     assert vector_width(torch.randn(8, 2048, device=DEVICE, dtype=dtype)[:, ::2]) == 1  # columns 2 apart
     assert vector_width(rows[:, 1:1025]) == 1  # starts one value past a 16-byte boundary
+
+
+def test_width_hint_tells_only_what_triton_cannot_see():
+    rows = torch.randn(8, 1040, device=DEVICE, dtype=torch.bfloat16)
+    assert width_hint(rows[:, :1024]) == 1  # 1024 and 1040 are multiples of 16: Triton sees it
+    assert width_hint(rows[:, :1000]) == 8
+    assert width_hint(torch.randn(8, 1004, device=DEVICE, dtype=torch.bfloat16)[:, :1024]) == 4  # row stride 1004
+    assert width_hint(rows[:, :1023]) == 1  # nothing to tell
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
