@@ -5,9 +5,10 @@ and writes ``book/_generated/benchmarks.md``, which ``book/benchmarks.md`` inclu
 
     python scripts/benchmarks_page.py [--results DIR] [--out FILE]
 
-Standard library only. The output depends only on the contents of the results files
-(files in name order, rows in the order they were recorded, forward before backward),
-so running it twice gives the same page.
+Each row is checked against the course's targets (``benchmarks/targets.py``), on the
+benchmark's time and on the GPU's own time. Standard library only. The output depends
+only on the contents of the results files (files in name order, rows in the order they
+were recorded, forward before backward), so running it twice gives the same page.
 """
 
 import argparse
@@ -17,6 +18,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from benchmarks.targets import MEMORY, TARGETS, check  # noqa: E402  (needs ROOT on the path)
+
 DEFAULT_RESULTS = ROOT / "benchmarks" / "results"
 DEFAULT_OUT = ROOT / "book" / "_generated" / "benchmarks.md"
 
@@ -28,11 +32,15 @@ HEADER = [
     "shape",
     "course_lib ms",
     "fraction of C",
+    "GPU alone ms",
+    "GPU alone fraction of C",
     "torch ms",
     "torch.compile ms",
     "speedup vs torch",
     "speedup vs torch.compile",
 ]
+MEMORY_HEADER = "peak extra ÷ input"
+TARGETS_HEADER = "targets missed: value [GPU alone]"
 MISSING = "–"
 
 
@@ -69,38 +77,115 @@ def escape(text):
     return text
 
 
-def kernel_table(rows):
-    """One Markdown table for one kernel: a line per (pass, dtype, shape)."""
-    cases = {}  # (pass, dtype, shape) -> {impl: row}, in the order first recorded
+def fmt_value(value):
+    """A checked value to 3 significant digits: 0.746 stays below a bound of 0.75."""
+    return MISSING if value is None else f"{float(value):.3g}"
+
+
+def fmt_misses(checks):
+    """'✓' when every check is met, else each miss with its value and its GPU-alone value."""
+    misses = [c for c in checks if not c.met]
+    if not checks:
+        return MISSING
+    if not misses:
+        return "✓"
+    return "; ".join(
+        f"{escape(c.target.describe())}: {fmt_value(c.value)} [{fmt_value(c.gpu_value)}]" for c in misses
+    )
+
+
+def _cases(rows):
+    """{(pass, dtype, shape): {impl: row}}, forward first, each in the order first recorded."""
+    cases = {}
     for row in rows:
         key = (row["pass"], row["dtype"], tuple(row["shape"]))
         cases.setdefault(key, {})[row["impl"]] = row
     order = sorted(
         enumerate(cases), key=lambda item: (PASS_ORDER.get(item[1][0], len(PASS_ORDER)), item[0])
     )
+    return [(key, cases[key]) for _, key in order]
 
+
+def _checks(impls):
+    ours = impls.get("course_lib")
+    return check(ours, impls.get("torch"), impls.get("torch.compile")) if ours else []
+
+
+def kernel_table(rows):
+    """One Markdown table for one kernel: a line per (pass, dtype, shape)."""
+    cases = _cases(rows)
+    with_memory = any("peak_extra_bytes" in row for row in rows)
+    header = HEADER + ([MEMORY_HEADER] if with_memory else []) + [TARGETS_HEADER]
     lines = [
-        "| " + " | ".join(HEADER) + " |",
-        "|" + "|".join([":--"] * 3 + ["--:"] * (len(HEADER) - 3)) + "|",
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join([":--"] * 3 + ["--:"] * (len(header) - 4) + [":--"]) + "|",
     ]
-    for _, key in order:
-        impls = cases[key]
+    for key, impls in cases:
         ours, torch_eager, compiled = (impls.get(name) for name in ("course_lib", "torch", "torch.compile"))
         ours_ms = ours["ms"] if ours else None
         torch_ms = torch_eager["ms"] if torch_eager else None
         compiled_ms = compiled["ms"] if compiled else None
+        checks = _checks(impls)
         cells = [
             escape(key[0]),
             escape(key[1]),
             fmt_shape(key[2]),
             fmt_ms(ours_ms),
             fmt_fraction(ours.get("frac_of_copy") if ours else None),
+            fmt_ms(ours.get("gpu_ms") if ours else None),
+            fmt_fraction(ours.get("gpu_frac_of_copy") if ours else None),
             fmt_ms(torch_ms),
             fmt_ms(compiled_ms),
             fmt_speedup(torch_ms, ours_ms),
             fmt_speedup(compiled_ms, ours_ms),
         ]
+        if with_memory:
+            memory = next((c.value for c in checks if c.target.measure == MEMORY), None)
+            cells.append(fmt_value(memory))
+        cells.append(fmt_misses(checks))
         lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def summary(rows):
+    """How many checks the file's rows meet, and every miss, split by whether the GPU
+    alone meets it."""
+    kernels = {}
+    for row in rows:
+        kernels.setdefault(row["kernel"], []).append(row)
+    checks = []
+    for kernel, kernel_rows in kernels.items():
+        for key, impls in _cases(kernel_rows):
+            checks += [(kernel, key, c) for c in _checks(impls)]
+    if not checks:
+        return []
+    host = [item for item in checks if not item[2].met and item[2].met_on_gpu]
+    kernel_misses = [item for item in checks if not item[2].met and not item[2].met_on_gpu]
+    met = len(checks) - len(host) - len(kernel_misses)
+    lines = [
+        f"Targets: {met} of {len(checks)} checks met on the benchmark's time. "
+        f"{len(host)} more are met on the GPU's own time (the host set the pace there); "
+        f"{len(kernel_misses)} are missed on both.",
+    ]
+    for title, items in (("Missed on both times", kernel_misses), ("Met on the GPU's own time only", host)):
+        if items:
+            lines += ["", f"{title}:", ""]
+            lines += [
+                f"- {escape(kernel)} {escape(key[0])} {escape(key[1])} {fmt_shape(key[2])}: "
+                f"{escape(c.target.describe())}, {fmt_value(c.value)} [{fmt_value(c.gpu_value)}]"
+                for kernel, key, c in items
+            ]
+    return lines
+
+
+def targets_table():
+    """The targets, a line per kernel, pass and set of shapes."""
+    grouped = {}
+    for target in TARGETS:
+        grouped.setdefault((target.kernel, target.pass_, target.where), []).append(target.describe())
+    lines = ["| kernel | pass | shapes | targets |", "|:--|:--|:--|:--|"]
+    for (kernel, pass_, where), bounds in grouped.items():
+        lines.append(f"| {escape(kernel)} | {escape(pass_)} | {escape(where)} | {escape('; '.join(bounds))} |")
     return lines
 
 
@@ -112,6 +197,9 @@ def results_section(path, data):
         f"copy bandwidth C = {float(data['copy_gbps']):,.0f} GB/s "
         f"(from `benchmarks/results/{path.name}`).",
     ]
+    targets = summary(data.get("rows", []))
+    if targets:
+        lines += [""] + targets
     kernels = {}
     for row in data.get("rows", []):
         kernels.setdefault(row["kernel"], []).append(row)
@@ -126,6 +214,10 @@ def results_section(path, data):
 def render(results_dir):
     lines = [
         "% Generated by scripts/benchmarks_page.py from benchmarks/results/*.json; do not edit.",
+        "",
+        "## Targets",
+        "",
+        *targets_table(),
         "",
     ]
     paths = sorted(Path(results_dir).glob("*.json"))

@@ -1,0 +1,141 @@
+"""The course's performance targets as data, and the check of a benchmark row against them.
+
+The targets are the design's (the README's issues state the same numbers): each applies
+to one kernel and pass, at some shapes, and bounds one measure of a row of
+``benchmarks/results/<gpu>.json``. Standard library only, so that the book's build
+(``scripts/benchmarks_page.py``) can check the stored results without torch.
+
+Every check is made twice: on the benchmark's time (``ms``, do_bench's median, the one
+the targets are stated for) and on the GPU's own time of the same calls (``gpu_ms``).
+Where only the first misses, the host's work for each call (Python, autograd, launches)
+took longer than the GPU's and set the pace.
+"""
+
+from typing import Callable, NamedTuple
+
+FRACTION = "fraction of C"
+EAGER = "× torch"
+COMPILE = "× torch.compile"
+MEMORY = "peak extra ÷ input"
+AT_MOST = {MEMORY}  # every other measure is a lower bound
+
+WIDE_ROW = 2**17  # the wide-row targets' width
+
+
+class Target(NamedTuple):
+    kernel: str
+    pass_: str
+    where: str  # the shapes it applies to, in words
+    applies: Callable[[tuple], bool]  # shape -> whether it applies
+    measure: str
+    bound: float
+
+    def describe(self):
+        return f"{'≤' if self.measure in AT_MOST else '≥'} {self.bound:g} {self.measure}"
+
+
+def _everywhere(shape):
+    return True
+
+
+def _not_wide(shape):
+    return shape[-1] < WIDE_ROW
+
+
+def _wide(shape):
+    return shape[-1] >= WIDE_ROW
+
+
+def _layernorm_wide_enough(shape):
+    return 4096 <= shape[-1] < WIDE_ROW
+
+
+def _layernorm_narrow(shape):
+    return shape[-1] < 4096
+
+
+TARGETS = [
+    Target("weighted_sum", "fwd", "every shape", _everywhere, FRACTION, 0.85),
+    Target("weighted_sum", "fwd", "every shape", _everywhere, EAGER, 1.0),
+    Target("weighted_sum", "fwd", "every shape", _everywhere, COMPILE, 1.0),
+    Target("weighted_sum", "bwd", "every shape", _everywhere, FRACTION, 0.80),
+    Target("weighted_sum", "bwd", "every shape", _everywhere, EAGER, 1.5),
+    Target("causal_softmax", "fwd", "every shape", _everywhere, FRACTION, 0.85),
+    Target("causal_softmax", "fwd", "every shape", _everywhere, EAGER, 2.0),
+    Target("causal_softmax", "fwd", "every shape", _everywhere, COMPILE, 1.2),
+    Target("causal_softmax", "bwd", "every shape", _everywhere, FRACTION, 0.80),
+    Target("causal_softmax", "bwd", "every shape", _everywhere, EAGER, 2.0),
+    Target("causal_softmax", "bwd", "every shape", _everywhere, COMPILE, 1.3),
+    Target("softmax", "fwd", "2^17 columns", _wide, FRACTION, 0.6),
+    Target("softmax", "bwd", "2^17 columns", _wide, FRACTION, 0.6),
+    Target("layernorm", "fwd", "N < 2^17", _not_wide, FRACTION, 0.85),
+    Target("layernorm", "fwd", "N < 2^17", _not_wide, EAGER, 1.3),
+    Target("layernorm", "fwd", "N < 2^17", _not_wide, COMPILE, 1.0),
+    Target("layernorm", "bwd", "4096 ≤ N < 2^17", _layernorm_wide_enough, FRACTION, 0.75),
+    Target("layernorm", "bwd", "4096 ≤ N < 2^17", _layernorm_wide_enough, EAGER, 2.0),
+    Target("layernorm", "bwd", "N < 2^17", _not_wide, COMPILE, 1.1),
+    Target("layernorm", "bwd", "N = 1024 (not slower than eager)", _layernorm_narrow, EAGER, 1.0),
+    Target("layernorm", "fwd", "2^17 columns", _wide, FRACTION, 0.6),
+    Target("layernorm", "bwd", "2^17 columns", _wide, FRACTION, 0.6),
+    Target("coor_descent", "fwd", "every shape", _everywhere, EAGER, 30.0),
+    Target("coor_descent", "fwd", "every shape", _everywhere, COMPILE, 3.0),
+    Target("coor_descent", "fwd", "every shape", _everywhere, MEMORY, 3.0),
+    Target("coor_descent", "bwd", "every shape", _everywhere, EAGER, 10.0),
+    Target("coor_descent", "bwd", "every shape", _everywhere, COMPILE, 3.0),
+    Target("coor_descent", "bwd", "every shape", _everywhere, MEMORY, 3.0),
+]
+
+
+class Check(NamedTuple):
+    target: Target
+    value: float | None  # from the benchmark's time; None when a row it needs is missing
+    gpu_value: float | None  # from the GPU's own time
+
+    @property
+    def met(self):
+        return _within(self.target, self.value)
+
+    @property
+    def met_on_gpu(self):
+        return _within(self.target, self.gpu_value)
+
+
+def _within(target, value):
+    if value is None:
+        return False
+    return value <= target.bound if target.measure in AT_MOST else value >= target.bound
+
+
+def _element_size(dtype):
+    return {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}[dtype]
+
+
+def _measure(measure, ours, eager, compiled, time_key, fraction_key):
+    if measure == FRACTION:
+        return ours.get(fraction_key)
+    if measure == MEMORY:
+        if "peak_extra_bytes" not in ours:
+            return None
+        input_bytes = _element_size(ours["dtype"])
+        for size in ours["shape"]:
+            input_bytes *= size
+        return ours["peak_extra_bytes"] / input_bytes
+    other = eager if measure == EAGER else compiled
+    if other is None or not ours.get(time_key) or other.get(time_key) is None:
+        return None
+    return other[time_key] / ours[time_key]
+
+
+def check(ours, eager=None, compiled=None):
+    """The Checks of course_lib's row ``ours`` against every target that applies to it,
+    with the torch and torch.compile rows of the same pass, dtype and shape."""
+    shape = tuple(ours["shape"])
+    return [
+        Check(
+            target,
+            _measure(target.measure, ours, eager, compiled, "ms", "frac_of_copy"),
+            _measure(target.measure, ours, eager, compiled, "gpu_ms", "gpu_frac_of_copy"),
+        )
+        for target in TARGETS
+        if target.kernel == ours["kernel"] and target.pass_ == ours["pass"] and target.applies(shape)
+    ]

@@ -1,0 +1,89 @@
+"""The benchmark targets (benchmarks/targets.py) and the book's page built from the results
+(scripts/benchmarks_page.py)."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import targets
+from course_lib import benchmarking
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("benchmarks_page", ROOT / "scripts" / "benchmarks_page.py")
+benchmarks_page = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(benchmarks_page)
+
+
+def result(kernel, pass_, impl, shape, ms, gpu_ms, frac=None, dtype="float32", **extra):
+    frac = 0.9 if frac is None else frac
+    return {"kernel": kernel, "pass": pass_, "impl": impl, "dtype": dtype, "shape": list(shape), "ms": ms,
+            "gbps": 1.0, "frac_of_copy": frac, "gpu_ms": gpu_ms, "gpu_frac_of_copy": frac * ms / gpu_ms, **extra}
+
+
+def measures(checks):
+    return sorted((c.target.measure, c.target.bound) for c in checks)
+
+
+def test_targets_follow_the_shape():
+    """LayerNorm's backward: bandwidth and 2x eager from 4096 columns, only 'not slower
+    than eager' at 1024, only bandwidth at 2^17."""
+    def for_width(n):
+        return measures(targets.check(result("layernorm", "bwd", "course_lib", (64, n), 1.0, 1.0)))
+
+    assert for_width(1024) == sorted([(targets.EAGER, 1.0), (targets.COMPILE, 1.1)])
+    assert for_width(4096) == sorted([(targets.FRACTION, 0.75), (targets.EAGER, 2.0), (targets.COMPILE, 1.1)])
+    assert for_width(2**17) == [(targets.FRACTION, 0.6)]
+
+
+def test_a_check_uses_both_times():
+    """Speedups from the benchmark's times and, separately, from the GPU's own times."""
+    ours = result("weighted_sum", "bwd", "course_lib", (8, 8), ms=1.0, gpu_ms=0.5, frac=0.7)
+    eager = result("weighted_sum", "bwd", "torch", (8, 8), ms=1.2, gpu_ms=1.2)
+    checks = {c.target.measure: c for c in targets.check(ours, eager)}
+    assert checks[targets.EAGER].value == pytest.approx(1.2) and not checks[targets.EAGER].met
+    assert checks[targets.EAGER].gpu_value == pytest.approx(2.4) and checks[targets.EAGER].met_on_gpu
+    assert checks[targets.FRACTION].value == pytest.approx(0.7) and not checks[targets.FRACTION].met
+    assert checks[targets.FRACTION].gpu_value == pytest.approx(1.4) and checks[targets.FRACTION].met_on_gpu
+
+
+def test_missing_comparison_is_a_miss():
+    checks = targets.check(result("weighted_sum", "fwd", "course_lib", (8, 8), 1.0, 1.0))
+    eager = next(c for c in checks if c.target.measure == targets.EAGER)
+    assert eager.value is None and not eager.met and not eager.met_on_gpu
+
+
+def test_memory_is_an_upper_bound():
+    """Peak extra memory over the input's bytes: at most 3x (float32 input of 1 MiB)."""
+    def memory_check(peak_bytes):
+        row = result("coor_descent", "fwd", "course_lib", (256, 1024), 1.0, 1.0, peak_extra_bytes=peak_bytes)
+        return next(c for c in targets.check(row) if c.target.measure == targets.MEMORY)
+
+    assert memory_check(2 * 2**20).value == pytest.approx(2.0) and memory_check(2 * 2**20).met
+    assert not memory_check(4 * 2**20).met
+
+
+def test_every_stored_row_of_course_lib_is_checked():
+    for name, document in benchmarking.load_results().items():
+        for row in document["rows"]:
+            if row["impl"] == "course_lib":
+                assert targets.check(row), (name, row["kernel"], row["pass"], row["shape"])
+
+
+def test_page_lists_each_miss_and_counts_it(tmp_path):
+    rows = [
+        result("weighted_sum", "fwd", "course_lib", (16, 32), ms=2.0, gpu_ms=1.0, frac=0.5),
+        result("weighted_sum", "fwd", "torch", (16, 32), ms=3.0, gpu_ms=3.0),
+        result("weighted_sum", "fwd", "torch.compile", (16, 32), ms=3.0, gpu_ms=3.0),
+    ]
+    (tmp_path / "gpu.json").write_text(json.dumps(
+        {"gpu": "Test GPU", "torch": "2", "triton": "3", "copy_gbps": 1000.0, "rows": rows}))
+    page = benchmarks_page.render(tmp_path)
+    assert page == benchmarks_page.render(tmp_path)  # the same results, the same page
+    # fraction of C: 0.5 on the benchmark's time, 1.0 on the GPU's; the speedups are met
+    assert "Targets: 2 of 3 checks met on the benchmark's time. 1 more are met on the GPU's own time" in page
+    assert "- weighted\\_sum fwd float32 16×32: ≥ 0.85 fraction of C, 0.5 [1]" in page
+    table_row = next(line for line in page.splitlines() if line.startswith("| fwd | float32 | 16×32 |"))
+    assert table_row.endswith("| ≥ 0.85 fraction of C: 0.5 [1] |")
+    assert "| weighted\\_sum | fwd | every shape | ≥ 0.85 fraction of C; ≥ 1 × torch; ≥ 1 × torch.compile |" in page
