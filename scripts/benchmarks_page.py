@@ -147,12 +147,9 @@ def kernel_table(rows):
     return lines
 
 
-def summary(rows):
-    """How many checks the file's rows meet, and every miss, split by whether the GPU
-    alone meets it."""
-    kernels = {}
-    for row in rows:
-        kernels.setdefault(row["kernel"], []).append(row)
+def summary(kernels):
+    """How many checks the rows of ``kernels`` ({kernel: rows}) meet, and every miss,
+    split by whether the GPU alone meets it."""
     checks = []
     for kernel, kernel_rows in kernels.items():
         for key, impls in _cases(kernel_rows):
@@ -197,12 +194,12 @@ def results_section(path, data):
         f"copy bandwidth C = {float(data['copy_gbps']):,.0f} GB/s "
         f"(from `benchmarks/results/{path.name}`).",
     ]
-    targets = summary(data.get("rows", []))
-    if targets:
-        lines += [""] + targets
     kernels = {}
     for row in data.get("rows", []):
         kernels.setdefault(row["kernel"], []).append(row)
+    targets = summary(kernels)
+    if targets:
+        lines += [""] + targets
     if not kernels:
         lines += ["", "This file holds no measurements."]
     for kernel, rows in kernels.items():
