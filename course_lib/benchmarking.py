@@ -121,11 +121,35 @@ def copy_bandwidth_gbps(n_bytes=2**30):
     return 2 * n_bytes / ms / 1e6
 
 
+@functools.cache
+def same_bytes_copy_fraction(n_bytes, copy_gbps):
+    """The fraction of C that a copy moving ``n_bytes`` (half of them read, half written)
+    reaches on the GPU alone: what moving that many bytes costs at that size.
+
+    C comes from copying 1 GiB (2 GiB moved); a smaller copy spends more of its time
+    starting and draining, so at tens of megabytes even a copy stays below C (on an
+    H200, 0.78 C with 64 MiB moved). A kernel's fraction of C is best read beside this."""
+    require_gpu()
+    src = torch.zeros(max(1, int(n_bytes) // 8), device="cuda")  # float32: n_bytes / 2 of them
+    dst = torch.empty_like(src)
+    ms = gpu_only_ms(lambda: dst.copy_(src))
+    return 8 * src.numel() / ms / 1e6 / copy_gbps
+
+
+def add_copy_ceilings(rows, copy_gbps):
+    """Give every row its ``copy_same_bytes_frac``: same_bytes_copy_fraction of its bytes."""
+    for result in rows:
+        result["copy_same_bytes_frac"] = same_bytes_copy_fraction(result["bytes"], copy_gbps)
+    return rows
+
+
 def row(kernel, pass_, impl, dtype, shape, timings, n_bytes, copy_gbps):
     """One result in the shape of benchmarks/results/<gpu>.json, from Timings.
 
     ms, gbps and frac_of_copy come from median_ms, the benchmark's time; gpu_ms and
-    gpu_frac_of_copy from the GPU's own time of the same calls (gpu_only_ms)."""
+    gpu_frac_of_copy from the GPU's own time of the same calls (gpu_only_ms). ``bytes``
+    is what the row counts as moved (add_copy_ceilings adds what a copy of as many
+    bytes reaches)."""
     gbps = n_bytes / timings.ms / 1e6
     return {
         "kernel": kernel,
@@ -133,6 +157,7 @@ def row(kernel, pass_, impl, dtype, shape, timings, n_bytes, copy_gbps):
         "impl": impl,
         "dtype": str(dtype).replace("torch.", ""),
         "shape": [int(s) for s in shape],
+        "bytes": int(n_bytes),
         "ms": timings.ms,
         "gbps": gbps,
         "frac_of_copy": gbps / copy_gbps,

@@ -848,8 +848,8 @@ def layernorm_backward(grad_y, x, gamma, has_beta, stats, eps, stable, *, config
             backward, plan = _backward_split_rows, config.split_block
         else:
             backward, plan = _backward_two_stages, config
+        vec = width_hint(x2d, grad_y, grad_x)
         with on_device_of(x):
-            vec = width_hint(x2d, grad_y, grad_x)
             partial = backward(x2d, gamma, has_beta, grad_y, grad_x, stats, eps, stable, plan, partial_width, vec)
             sums = sum_partial_rows(partial, x.dtype) if partial_width else None
     grad_gamma = sums[:n_cols] if has_gamma else None

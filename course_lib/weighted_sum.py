@@ -195,9 +195,9 @@ def vector_width(*rows):
     return vec
 
 
-def width_hint(*rows):
+def width_hint(*rows, vec=None):
     """VEC for the kernels' ``_multiple_of``: what Triton must be told to load
-    ``vector_width(*rows)`` values at once.
+    ``vector_width(*rows)`` values at once (``vec``, where the caller has it already).
 
     At each launch Triton notes which integer arguments are divisible by 16 and which
     pointers are 16-byte aligned, and compiles with those facts. At 1000 columns,
@@ -213,7 +213,7 @@ def width_hint(*rows):
     """
     if rows[0].shape[1] % 16 == 0 and all(t.stride(0) % 16 == 0 for t in rows):
         return 1
-    return vector_width(*rows)
+    return vector_width(*rows) if vec is None else vec
 
 
 def backward_tiles(n_cols, element_size):
@@ -280,8 +280,9 @@ def weighted_sum_forward(x, weight, tiles=None):
     y = torch.empty(n_rows, device=x.device, dtype=x.dtype)
     if n_rows == 0:
         return y.reshape(x.shape[:-1])
+    vec = vector_width(x2d)
     block_rows, block_cols, num_warps, num_stages = tiles or forward_tiles(
-        n_cols, x.element_size(), wide_loads=vector_width(x2d) * x.element_size() == 16
+        n_cols, x.element_size(), wide_loads=vec * x.element_size() == 16
     )
     grid = (cdiv(n_rows, block_rows),)
     with on_device_of(x):
@@ -290,7 +291,7 @@ def weighted_sum_forward(x, weight, tiles=None):
             n_rows, n_cols,
             x2d.stride(0), x2d.stride(1), weight.stride(0), y.stride(0),
             BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, NUM_STAGES=num_stages, WHOLE_ROWS=block_cols >= n_cols,
-            VEC=width_hint(x2d), num_warps=num_warps,
+            VEC=width_hint(x2d, vec=vec), num_warps=num_warps,
         )
     return y.reshape(x.shape[:-1])
 

@@ -17,6 +17,7 @@ def test_row_counts_bandwidth_and_fraction_of_copy():
     assert r["ms"] == 2.0 and r["gpu_ms"] == 1.5
     assert r["gpu_frac_of_copy"] == pytest.approx(1.0)
     assert r["dtype"] == "bfloat16" and r["shape"] == [4, 8]
+    assert r["bytes"] == 6_000_000_000
 
 
 def test_gpu_slug():
@@ -45,6 +46,11 @@ def test_stored_results_have_the_documented_shape():
             many_tiny_kernels = r["kernel"] == "coor_descent" and r["impl"] == "torch"
             assert 0 < r["gpu_ms"] and (many_tiny_kernels or r["gpu_ms"] <= 1.1 * r["ms"]), (name, r)
             assert r["gpu_frac_of_copy"] == pytest.approx(r["frac_of_copy"] * r["ms"] / r["gpu_ms"])
+            if "bytes" in r:  # recorded since the copy ceilings were added
+                assert r["gbps"] == pytest.approx(r["bytes"] / r["ms"] / 1e6), (name, r)
+                # What a copy of the same bytes reaches: never far above C, and at least
+                # a quarter of it at the sizes the benchmarks run.
+                assert 0.25 < r["copy_same_bytes_frac"] < 1.1, (name, r)
 
 
 @gpu_only
@@ -63,3 +69,15 @@ def test_gpu_only_time_leaves_out_the_host():
     dst = torch.empty_like(src)
     copy_ms, copy_gpu_ms = benchmarking.median_ms(lambda: dst.copy_(src)), benchmarking.gpu_only_ms(lambda: dst.copy_(src))
     assert copy_gpu_ms == pytest.approx(copy_ms, rel=0.1)
+
+
+@gpu_only
+def test_a_small_copy_reaches_less_of_c_than_a_large_one():
+    """add_copy_ceilings: a copy moving 1 MiB spends most of its time starting and
+    draining; one moving 1 GiB comes close to C, which is measured the same way."""
+    copy_gbps = benchmarking.copy_bandwidth_gbps()
+    rows = benchmarking.add_copy_ceilings(
+        [{"bytes": 2**20}, {"bytes": 2**30}, {"bytes": 2**30 + 8}], copy_gbps)
+    small, large, odd = (r["copy_same_bytes_frac"] for r in rows)
+    assert small < 0.5 * large
+    assert 0.8 < large < 1.1 and odd == pytest.approx(large, rel=0.1)

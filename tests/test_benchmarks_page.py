@@ -73,7 +73,7 @@ def test_every_stored_row_of_course_lib_is_checked():
 
 def test_page_lists_each_miss_and_counts_it(tmp_path):
     rows = [
-        result("weighted_sum", "fwd", "course_lib", (16, 32), ms=2.0, gpu_ms=1.0, frac=0.5),
+        result("weighted_sum", "fwd", "course_lib", (16, 32), ms=2.0, gpu_ms=1.0, frac=0.5, copy_same_bytes_frac=0.62),
         result("weighted_sum", "fwd", "torch", (16, 32), ms=3.0, gpu_ms=3.0),
         result("weighted_sum", "fwd", "torch.compile", (16, 32), ms=3.0, gpu_ms=3.0),
     ]
@@ -86,4 +86,5 @@ def test_page_lists_each_miss_and_counts_it(tmp_path):
     assert "- weighted\\_sum fwd float32 16×32: ≥ 0.85 fraction of C, 0.5 [1]" in page
     table_row = next(line for line in page.splitlines() if line.startswith("| fwd | float32 | 16×32 |"))
     assert table_row.endswith("| ≥ 0.85 fraction of C: 0.5 [1] |")
+    assert "| 2.000 | 0.50 | 1.000 | 1.00 | 0.62 | 3.000 |" in table_row  # the copy of as many bytes
     assert "| weighted\\_sum | fwd | every shape | ≥ 0.85 fraction of C; ≥ 1 × torch; ≥ 1 × torch.compile |" in page
