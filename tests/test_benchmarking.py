@@ -48,9 +48,14 @@ def test_stored_results_have_the_documented_shape():
             assert r["gpu_frac_of_copy"] == pytest.approx(r["frac_of_copy"] * r["ms"] / r["gpu_ms"])
             if "bytes" in r:  # recorded since the copy ceilings were added
                 assert r["gbps"] == pytest.approx(r["bytes"] / r["ms"] / 1e6), (name, r)
-                # What a copy of the same bytes reaches: never far above C, and at least
-                # a quarter of it at the sizes the benchmarks run.
-                assert 0.25 < r["copy_same_bytes_frac"] < 1.1, (name, r)
+                assert 0 < r["copy_same_bytes_frac"] < 1.1, (name, r)  # a copy never far above C
+        # The ceiling belongs to a number of bytes, not to an implementation: measured
+        # once for each number, it is the same in every row that moves as many.
+        ceilings = {}
+        for r in document["rows"]:
+            if "bytes" in r:
+                ceilings.setdefault(r["bytes"], set()).add(r["copy_same_bytes_frac"])
+        assert all(len(values) == 1 for values in ceilings.values()), name
 
 
 @gpu_only

@@ -93,12 +93,28 @@ def random_mask(shape):
     return mask
 
 
-def assert_normwise(name, got, expected, rtol, floor=0.0):
-    """||got - expected|| <= rtol * ||expected|| + floor, compared in float64."""
+# How much further from float64 than PyTorch's own float32 run the kernel may be, on
+# inputs where even that run misses the tolerance. Two float32 computations of a badly
+# conditioned ds round differently: on the rows of 262144 of one replayed seed
+# (1470746225, k of 50649 and 126598), the kernel's ds was off by 6e-7 and 2.5e-5 of
+# its size, PyTorch's float32 run by 1.8e-5 and 1.4e-5 (an H200).
+FLOAT32_SLACK = 4
+
+
+def assert_normwise(name, got, expected, rtol, floor=0.0, float32_run=None):
+    """||got - expected|| <= rtol * ||expected|| + floor, compared in float64.
+
+    Where that fails and ``float32_run`` is given (a function returning PyTorch's own
+    float32 result), the problem may be beyond float32: then within FLOAT32_SLACK times
+    the error of PyTorch's float32 run, which is computed only then."""
     assert got.shape == expected.shape, f"{name}: shape {tuple(got.shape)}, expected {tuple(expected.shape)}"
     error = float((got.detach().double() - expected).norm())
     size = float(expected.norm())
     allowed = rtol * size + floor
+    if error > allowed and float32_run is not None:
+        float32_error = float((float32_run().detach().double() - expected).norm())
+        allowed = max(allowed, FLOAT32_SLACK * float32_error)
+        name += f" (PyTorch's float32 run is off by {float32_error:.3g})"
     assert error <= allowed, f"{name}: ||error|| = {error:.3g} > {allowed:.3g} (||expected|| = {size:.3g})"
 
 
@@ -109,7 +125,8 @@ def check_against_reference(s, k, settings, mask=None, dtype=torch.float32):
     iterations; float32 resolves them to about 1e-7 each. Where they cancel (rows that
     have converged to a hard top-k, whose ds is near 0) no float32 computation gets ds
     to 1e-5 of its own size, PyTorch's included; so ds and dk may also be off by 1e-6
-    of that scale.
+    of that scale. Long rows with a large k can be as badly conditioned: there ds may be
+    off by FLOAT32_SLACK times as much as PyTorch's own float32 run (assert_normwise).
     """
     rtol = TOLERANCES[dtype][0]
     s = s.detach().to(dtype)
@@ -129,14 +146,37 @@ def check_against_reference(s, k, settings, mask=None, dtype=torch.float32):
     y64 = references.coor_descent(s64, k=k64, mask=mask, **settings)
     grads64 = torch.autograd.grad(y64, (s64, k64) if k_grad else (s64,), dy.double())
 
+    def float32_ds():
+        s32 = s.detach().float().requires_grad_()
+        y32 = references.coor_descent(s32, k=k.detach() if k_grad else k, mask=mask, **settings)
+        return torch.autograd.grad(y32, s32, dy.float())[0].masked_fill(kinks, 0)
+
     terms = float((dy.double() * y64.detach()).norm()) / final_eps(**settings)
     assert_normwise("y", y, y64.detach(), rtol)
-    assert_normwise("ds", grads[0].masked_fill(kinks, 0), grads64[0].masked_fill(kinks, 0), rtol, floor=1e-6 * terms)
+    assert_normwise("ds", grads[0].masked_fill(kinks, 0), grads64[0].masked_fill(kinks, 0), rtol, floor=1e-6 * terms,
+                    float32_run=float32_ds)
     if k_grad:
         assert grads[1].shape == k.shape
         assert_normwise("dk", grads[1], grads64[1], rtol, floor=1e-6 * terms)
     if mask is not None:
         assert torch.all(y[~mask] == 0) and torch.all(grads[0][~mask] == 0), "masked positions must be exactly 0"
+
+
+def test_the_float32_allowance_is_asked_for_only_where_needed_and_still_bounds():
+    expected = torch.ones(100, dtype=torch.float64)
+    asked = []
+
+    def float32_run(error):
+        def run():
+            asked.append(error)
+            return expected + error / 10  # ||.|| of the error: error
+        return run
+
+    assert_normwise("close", expected + 1e-7, expected, 1e-5, float32_run=float32_run(1e-3))
+    assert not asked  # within the tolerance: PyTorch's float32 run is not computed
+    assert_normwise("ill-conditioned", expected + 3e-4, expected, 1e-5, float32_run=float32_run(1e-3))
+    with pytest.raises(AssertionError, match="PyTorch's float32 run is off by 0.001"):
+        assert_normwise("wrong", expected + 1e-2, expected, 1e-5, float32_run=float32_run(1e-3))
 
 
 @pytest.mark.parametrize("settings", SETTINGS, ids=lambda d: "-".join(f"{k}={v}" for k, v in d.items()))
