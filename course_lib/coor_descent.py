@@ -79,7 +79,7 @@ the ``torch.autograd.Function``, and the public ``coor_descent``.
 import functools
 import math
 import numbers
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import torch
 import triton
@@ -626,6 +626,64 @@ class CoorDescentFunction(torch.autograd.Function):
         return ds.reshape(s.shape), (dlogk if logk_tensor is not None else None), None, None
 
 
+# -------------------------------------------------------------------- custom operator
+# What torch.compile traces; see weighted_sum.py's operators for why eager calls keep
+# the autograd.Function. The operators take the eps settings rather than the schedule
+# tensor (built inside, once per setting), and a per-row logk as a tensor or, when k is
+# one number, as logk_value. A tensor k is checked inside the forward, on the values it
+# holds at run time, except while a CUDA graph is being captured (no reads back then).
+
+
+@torch.library.custom_op("course_lib::coor_descent", mutates_args=())
+def coor_descent_op(
+    s: torch.Tensor, mask: Optional[torch.Tensor], logk: Optional[torch.Tensor], logk_value: float,
+    k_to_check: Optional[torch.Tensor], n_iters: int, eps: float, eps_init: Optional[float], eps_decay: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    if k_to_check is not None and not (ON_GPU and torch.cuda.is_current_stream_capturing()):
+        _check_k_values("coor_descent", k_to_check, s.shape[-1])
+    schedule = eps_schedule(n_iters, eps, eps_init, eps_decay, s.device)
+    return _forward(s, logk_value if logk is None else logk, mask, schedule)
+
+
+@coor_descent_op.register_fake
+def _(s, mask, logk, logk_value, k_to_check, n_iters, eps, eps_init, eps_decay):
+    n_rows = s.numel() // s.shape[-1]
+    return s.new_empty(s.shape), s.new_empty((n_rows, n_iters), dtype=torch.float64), s.new_empty(n_rows, dtype=torch.float32)
+
+
+@torch.library.custom_op("course_lib::coor_descent_backward", mutates_args=())
+def coor_descent_backward_op(
+    s: torch.Tensor, mask: Optional[torch.Tensor], logk: Optional[torch.Tensor], logk_value: float, n_iters: int,
+    eps: float, eps_init: Optional[float], eps_decay: float, a: torch.Tensor, row_max: torch.Tensor, dy: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    s2d, mask2d = _as_rows(s, mask)
+    schedule = eps_schedule(n_iters, eps, eps_init, eps_decay, s.device)
+    ds, dlogk = coor_descent_backward(s2d, mask2d, logk_value if logk is None else logk, schedule, a, row_max,
+                                      dy.reshape(s2d.shape))
+    return ds.reshape(s.shape), dlogk
+
+
+@coor_descent_backward_op.register_fake
+def _(s, mask, logk, logk_value, n_iters, eps, eps_init, eps_decay, a, row_max, dy):
+    return s.new_empty(s.shape), s.new_empty(s.numel() // s.shape[-1], dtype=torch.float32)
+
+
+def _save_for_coor_descent_backward(ctx, inputs, output):
+    s, mask, logk, logk_value, _, *ctx.settings = inputs
+    _, a, row_max = output
+    ctx.save_for_backward(s, mask, logk, a, row_max)
+    ctx.logk_value = logk_value
+
+
+def _coor_descent_op_backward(ctx, dy, *_grad_state):
+    s, mask, logk, a, row_max = ctx.saved_tensors
+    ds, dlogk = coor_descent_backward_op(s, mask, logk, ctx.logk_value, *ctx.settings, a, row_max, dy)
+    return ds, None, (dlogk if logk is not None else None), None, None, None, None, None, None
+
+
+coor_descent_op.register_autograd(_coor_descent_op_backward, setup_context=_save_for_coor_descent_backward)
+
+
 # ------------------------------------------------------------------------------ public
 
 K_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16,
@@ -652,9 +710,18 @@ def _check_same_device(op, name, tensor, s):
         raise ValueError(f"{op}: {name} is on {tensor.device} but s is on {s.device}; put them on the same device")
 
 
+def _k_range(n_cols):
+    return f"0 < k <= n, the row length ({n_cols})"
+
+
+def _check_k_values(op, k, n_cols):
+    """One read of k back to the host: a per-row k is checked at the cost of a sync."""
+    if k.numel() and not bool(((k > 0) & (k <= n_cols)).all()):
+        raise ValueError(f"{op}: every k must satisfy {_k_range(n_cols)}; k holds values outside it")
+
+
 def _check_k(op, k, s):
     n_cols, leading = s.shape[-1], s.shape[:-1]
-    in_range = f"0 < k <= n, the row length ({n_cols})"
     if isinstance(k, torch.Tensor):
         check_tensor(op, "k", k, dtypes=K_DTYPES, min_ndim=0)
         _check_same_device(op, "k", k, s)
@@ -667,12 +734,11 @@ def _check_k(op, k, s):
                 f"{op}: k must be a number or a tensor of shape s.shape[:-1] = {tuple(leading)} "
                 f"(or one that broadcasts to it); got k of shape {tuple(k.shape)}"
             )
-        # One read of k back to the host: a per-row k is checked at the cost of a sync.
-        if k.numel() and not bool(((k > 0) & (k <= n_cols)).all()):
-            raise ValueError(f"{op}: every k must satisfy {in_range}; k holds values outside it")
+        if not torch.compiler.is_compiling():  # compiled, the operator checks the values it is given
+            _check_k_values(op, k, n_cols)
     elif type(k) in (float, int) or (isinstance(k, numbers.Real) and not isinstance(k, bool)):
         if not (0 < k <= n_cols):
-            raise ValueError(f"{op}: k must satisfy {in_range}; got k = {k}")
+            raise ValueError(f"{op}: k must satisfy {_k_range(n_cols)}; got k = {k}")
     else:
         raise TypeError(f"{op}: k must be a number or a torch.Tensor, got {type(k).__name__}")
 
@@ -716,13 +782,17 @@ def coor_descent(s, *, n_iters, k, eps=0.1, eps_init=None, eps_decay=1.0, mask=N
     """
     op = "coor_descent"
     _check_inputs(op, s, n_iters, k, eps, eps_init, eps_decay, mask, checkpoint_segments)
-    schedule = eps_schedule(int(n_iters), float(eps), None if eps_init is None else float(eps_init),
-                            float(eps_decay), s.device)
+    settings = (int(n_iters), float(eps), None if eps_init is None else float(eps_init), float(eps_decay))
     if isinstance(k, torch.Tensor):
         rows = s.numel() // s.shape[-1]
         logk = torch.log(k.float().clamp(min=1e-20)).expand(s.shape[:-1]).reshape(rows).contiguous()
     else:
         logk = math.log(max(float(k), 1e-20))
+    if torch.compiler.is_compiling():
+        if isinstance(logk, torch.Tensor):
+            return coor_descent_op(s, mask, logk, 0.0, k.detach(), *settings)[0]
+        return coor_descent_op(s, mask, None, logk, None, *settings)[0]
+    schedule = eps_schedule(*settings, s.device)
     if wants_gradient(s, logk):
         return CoorDescentFunction.apply(s, logk, mask, schedule)
     return _forward(s, logk, mask, schedule)[0]  # no gradient wanted: skip autograd's bookkeeping

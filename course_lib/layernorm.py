@@ -37,7 +37,7 @@ multiplied by ``rstd = 1 / sqrt(eps)``, 316 for the default eps.
 
 import functools
 import numbers
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import torch
 import triton
@@ -877,6 +877,70 @@ class LayerNormFunction(torch.autograd.Function):
         return grad_x, grad_gamma, grad_beta, None, None
 
 
+# -------------------------------------------------------------------- custom operator
+# What torch.compile traces; see weighted_sum.py's operators for why eager calls keep
+# the autograd.Function. An operator returns tensors only: the row statistics are
+# outputs of the forward (row_max empty unless ``stable``), and a missing gradient of
+# gamma or beta is an empty tensor.
+
+
+def _present(tensor):
+    return tensor if tensor.numel() else None
+
+
+@torch.library.custom_op("course_lib::layernorm", mutates_args=())
+def layernorm_op(x: torch.Tensor, gamma: Optional[torch.Tensor], beta: Optional[torch.Tensor], eps: float,
+                 stable: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    y, stats = layernorm_forward(x, gamma, beta, eps, stable, save_stats=True)
+    return y, stats.mean, stats.rstd, stats.row_max if stable else x.new_empty(0, dtype=torch.float32)
+
+
+@layernorm_op.register_fake
+def _(x, gamma, beta, eps, stable):
+    n_rows = x.numel() // x.shape[-1]
+    def per_row(wanted=True):
+        return x.new_empty(n_rows if wanted else 0, dtype=torch.float32)
+    return x.new_empty(x.shape), per_row(), per_row(), per_row(stable)
+
+
+@torch.library.custom_op("course_lib::layernorm_backward", mutates_args=())
+def layernorm_backward_op(
+    grad_y: torch.Tensor, x: torch.Tensor, gamma: Optional[torch.Tensor], has_beta: bool, mean: torch.Tensor,
+    rstd: torch.Tensor, row_max: torch.Tensor, eps: float, stable: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    grad_x, grad_gamma, grad_beta = layernorm_backward(
+        grad_y, x, gamma, has_beta, RowStats(mean, rstd, _present(row_max)), eps, stable
+    )
+    nothing = x.new_empty(0)
+    # The two gradients share one buffer; an operator's outputs may not alias.
+    grad_beta = grad_beta.clone() if gamma is not None and has_beta else grad_beta
+    return grad_x, nothing if grad_gamma is None else grad_gamma, nothing if grad_beta is None else grad_beta
+
+
+@layernorm_backward_op.register_fake
+def _(grad_y, x, gamma, has_beta, mean, rstd, row_max, eps, stable):
+    n_cols = x.shape[-1]
+    return x.new_empty(x.shape), x.new_empty(n_cols if gamma is not None else 0), x.new_empty(n_cols if has_beta else 0)
+
+
+def _save_for_layernorm_backward(ctx, inputs, output):
+    x, gamma, beta, eps, stable = inputs
+    _, mean, rstd, row_max = output
+    ctx.save_for_backward(x, gamma, mean, rstd, row_max)
+    ctx.has_beta, ctx.eps, ctx.stable = beta is not None, eps, stable
+
+
+def _layernorm_op_backward(ctx, grad_y, *_grad_stats):
+    x, gamma, mean, rstd, row_max = ctx.saved_tensors
+    grad_x, grad_gamma, grad_beta = layernorm_backward_op(
+        grad_y, x, gamma, ctx.has_beta, mean, rstd, row_max, ctx.eps, ctx.stable
+    )
+    return grad_x, _present(grad_gamma), _present(grad_beta), None, None
+
+
+layernorm_op.register_autograd(_layernorm_op_backward, setup_context=_save_for_layernorm_backward)
+
+
 # ------------------------------------------------------------------------------ public
 
 
@@ -914,6 +978,8 @@ def layernorm(x, gamma, beta=None, eps=1e-5, stable=False):
     """
     _check_inputs("layernorm", x, gamma, beta, eps)
     eps, stable = float(eps), bool(stable)
+    if torch.compiler.is_compiling():
+        return layernorm_op(x, gamma, beta, eps, stable)[0]
     if wants_gradient(x, gamma, beta):
         return LayerNormFunction.apply(x, gamma, beta, eps, stable)
     y, _ = layernorm_forward(x, gamma, beta, eps, stable, save_stats=False)  # inference saves nothing

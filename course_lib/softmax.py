@@ -444,6 +444,44 @@ class SoftmaxFunction(torch.autograd.Function):
         return softmax_backward(y, grad_y, ctx.causal), None
 
 
+# -------------------------------------------------------------------- custom operator
+# What torch.compile traces; see weighted_sum.py's operators for why eager calls keep
+# the autograd.Function.
+
+
+@torch.library.custom_op("course_lib::softmax", mutates_args=())
+def softmax_op(x: torch.Tensor, causal: bool) -> torch.Tensor:
+    return softmax_forward(x, causal)
+
+
+@softmax_op.register_fake
+def _(x, causal):
+    return x.new_empty(x.shape)
+
+
+@torch.library.custom_op("course_lib::softmax_backward", mutates_args=())
+def softmax_backward_op(y: torch.Tensor, grad_y: torch.Tensor, causal: bool) -> torch.Tensor:
+    return softmax_backward(y, grad_y, causal)
+
+
+@softmax_backward_op.register_fake
+def _(y, grad_y, causal):
+    return y.new_empty(y.shape)
+
+
+def _save_output(ctx, inputs, output):
+    ctx.save_for_backward(output)
+    ctx.causal = inputs[1]
+
+
+def _softmax_op_backward(ctx, grad_y):
+    (y,) = ctx.saved_tensors
+    return softmax_backward_op(y, grad_y, ctx.causal), None
+
+
+softmax_op.register_autograd(_softmax_op_backward, setup_context=_save_output)
+
+
 # ------------------------------------------------------------------------------ public
 
 
@@ -470,6 +508,8 @@ def softmax(x, causal=False):
     """
     op = "causal_softmax" if causal is True else "softmax"
     _check_input(op, x, causal)
+    if torch.compiler.is_compiling():
+        return softmax_op(x, causal)
     if wants_gradient(x):
         return SoftmaxFunction.apply(x, causal)
     return softmax_forward(x, causal)  # no gradient wanted: skip autograd's bookkeeping

@@ -341,6 +341,47 @@ class WeightedSumFunction(torch.autograd.Function):
         return grad_x, grad_weight
 
 
+# -------------------------------------------------------------------- custom operator
+# What torch.compile traces (chapter 5): the launchers above are Python that dynamo
+# cannot follow (data pointers, tile plans), so under torch.compile the public function
+# calls these operators instead, which inductor and CUDA graphs treat as opaque calls
+# with known output shapes (the fake implementations). Eager calls keep the
+# autograd.Function: the dispatcher a custom operator goes through costs tens of
+# microseconds of host time a call.
+
+
+@torch.library.custom_op("course_lib::weighted_sum", mutates_args=())
+def weighted_sum_op(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return weighted_sum_forward(x, weight)
+
+
+@weighted_sum_op.register_fake
+def _(x, weight):
+    return x.new_empty(x.shape[:-1])
+
+
+@torch.library.custom_op("course_lib::weighted_sum_backward", mutates_args=())
+def weighted_sum_backward_op(x: torch.Tensor, weight: torch.Tensor,
+                             grad_y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return weighted_sum_backward(x, weight, grad_y)
+
+
+@weighted_sum_backward_op.register_fake
+def _(x, weight, grad_y):
+    return x.new_empty(x.shape), weight.new_empty(weight.shape)
+
+
+def _save_inputs(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def _weighted_sum_op_backward(ctx, grad_y):
+    return weighted_sum_backward_op(*ctx.saved_tensors, grad_y)
+
+
+weighted_sum_op.register_autograd(_weighted_sum_op_backward, setup_context=_save_inputs)
+
+
 # ------------------------------------------------------------------------------ public
 
 
@@ -351,6 +392,8 @@ def weighted_sum(x, weight):
     device. Accumulates in float32; returns x.shape[:-1] in x's dtype.
     """
     _check_inputs("weighted_sum", x, weight)
+    if torch.compiler.is_compiling():
+        return weighted_sum_op(x, weight)
     if wants_gradient(x, weight):
         return WeightedSumFunction.apply(x, weight)
     return weighted_sum_forward(x, weight)  # no gradient wanted: skip autograd's bookkeeping
