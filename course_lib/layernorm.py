@@ -911,10 +911,9 @@ def layernorm_backward_op(
     grad_x, grad_gamma, grad_beta = layernorm_backward(
         grad_y, x, gamma, has_beta, RowStats(mean, rstd, _present(row_max)), eps, stable
     )
-    nothing = x.new_empty(0)
     # The two gradients share one buffer; an operator's outputs may not alias.
     grad_beta = grad_beta.clone() if gamma is not None and has_beta else grad_beta
-    return grad_x, nothing if grad_gamma is None else grad_gamma, nothing if grad_beta is None else grad_beta
+    return tuple(x.new_empty(0) if grad is None else grad for grad in (grad_x, grad_gamma, grad_beta))
 
 
 @layernorm_backward_op.register_fake

@@ -48,3 +48,61 @@ def poison_cached_memory(n_bytes):
 
 
 gpu_only = pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU: races and speed do not show in the interpreter")
+
+
+# torch.compile as the tests run it: inductor and CUDA graphs on a GPU; on a CPU the
+# kernels run in the interpreter, which inductor cannot compile around, so AOTAutograd
+# traces the graph and runs it eagerly.
+COMPILE_MODES = ["default", "reduce-overhead"] if ON_GPU else ["aot_eager"]
+
+
+def _run_step(fn, inputs, grad_scale):
+    """fn(*inputs) and the gradients of (output * grad_scale).sum() for every input that wants one."""
+    leaves = [t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad]
+    for t in leaves:
+        t.grad = None
+    y = fn(*inputs)
+    if leaves:
+        y.backward(grad_scale.expand_as(y))
+    return [y.detach().clone()] + [t.grad.clone() for t in leaves]
+
+
+def assert_compiles_whole(fn, *inputs, mode, op):
+    """``fn`` traces into one graph under torch.compile(fullgraph=True) that calls the
+    custom operator ``op``, and gives the values and gradients of ``fn`` run eagerly.
+
+    Compiled again each time (torch._dynamo.reset), so that tests never reach dynamo's
+    recompile limit, past which it would quietly run eagerly. Runs three times: under
+    CUDA graphs the first call warms up, the second records and the third replays.
+    """
+    torch._dynamo.reset()
+    first = next(t for t in inputs if isinstance(t, torch.Tensor))
+    grad_scale = torch.tensor(0.37, device=first.device, dtype=first.dtype)
+    expected = _run_step(fn, inputs, grad_scale)
+    if mode == "aot_eager":
+        graphs = []
+
+        def recording_backend(graph_module, example_inputs):
+            graphs.append(graph_module.code)
+            return torch._dynamo.backends.registry.lookup_backend("aot_eager")(graph_module, example_inputs)
+
+        compiled = torch.compile(fn, fullgraph=True, backend=recording_backend)
+    else:
+        compiled = torch.compile(fn, fullgraph=True, mode=mode)
+    for _ in range(3):
+        got = _run_step(compiled, inputs, grad_scale)
+    if mode == "aot_eager":
+        assert len(graphs) == 1 and f"course_lib.{op}" in graphs[0], f"the graph does not call course_lib::{op}"
+    for what, g, e in zip(["output"] + [f"gradient {i}" for i in range(len(got) - 1)], got, expected):
+        torch.testing.assert_close(g, e, msg=lambda m: f"compiled ({mode}) {what}: {m}")
+
+
+def assert_compiled_refuses(fn, *inputs, error, match):
+    """Bad input raises the eager error under torch.compile too; with fullgraph=True,
+    dynamo reports it as unsupported but still names what was wrong."""
+    torch._dynamo.reset()
+    with pytest.raises(error, match=match):
+        torch.compile(fn, backend="aot_eager")(*inputs)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match=match):
+        torch.compile(fn, backend="aot_eager", fullgraph=True)(*inputs)

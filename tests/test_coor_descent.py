@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from conftest import TOLERANCES, gpu_only, poison_cached_memory
+from conftest import COMPILE_MODES, TOLERANCES, assert_compiled_refuses, assert_compiles_whole, gpu_only, poison_cached_memory
 from course_lib import references
 from course_lib.coor_descent import coor_descent
 from course_lib.runtime import DEVICE, ON_GPU, pick
@@ -511,3 +511,40 @@ def test_rejects_more_rows_than_int32():
     huge = torch.zeros(1, 1, device=DEVICE).expand(2**31, 1)  # no memory behind it
     with pytest.raises(ValueError, match="rows = 2147483648 is too large"):
         coor_descent(huge, n_iters=5, k=1)
+
+
+@pytest.mark.parametrize("k", ["number", "per_row"])
+@pytest.mark.parametrize("masked", [False, True], ids=["unmasked", "masked"])
+@pytest.mark.parametrize("mode", COMPILE_MODES)
+def test_compiles_whole(mode, masked, k):
+    s = torch.randn(3, 2, 40, device=DEVICE).transpose(0, 1).requires_grad_()  # strided
+    mask = torch.rand(s.shape, device=DEVICE) > 0.3 if masked else None
+    settings = dict(n_iters=7, eps=0.5, eps_init=2.0, eps_decay=0.9, mask=mask)
+    if k == "number":
+        assert_compiles_whole(lambda s: coor_descent(s, k=5, **settings), s, mode=mode, op="coor_descent")
+    else:
+        per_row = torch.full((2, 1), 4.0, device=DEVICE, requires_grad=True)  # broadcast to (2, 3)
+        assert_compiles_whole(lambda s, k: coor_descent(s, k=k, **settings), s, per_row, mode=mode, op="coor_descent")
+
+
+@pytest.mark.parametrize("k", [0.0, 41.0], ids=["zero", "above_n"])
+def test_compiled_refuses_bad_input(k):
+    s = torch.randn(2, 40, device=DEVICE)
+    assert_compiled_refuses(lambda s: coor_descent(s, n_iters=3, k=k), s, error=ValueError, match="k must satisfy")
+    per_row = torch.tensor([3.0, k], device=DEVICE)
+    assert_compiled_refuses(lambda s, k: coor_descent(s, n_iters=3, k=k), s, per_row, error=ValueError,
+                            match="every k must satisfy")
+
+
+@pytest.mark.parametrize("masked", [False, True], ids=["unmasked", "masked"])
+def test_operators_pass_opcheck(masked):
+    s = torch.randn(4, 50, device=DEVICE, requires_grad=True)
+    mask = torch.rand(s.shape, device=DEVICE) > 0.3 if masked else None
+    settings = (5, 0.1, 2.0, 0.7)
+    ops = torch.ops.course_lib
+    torch.library.opcheck(ops.coor_descent.default, (s, mask, None, 1.0, None, *settings))
+    logk = torch.zeros(4, device=DEVICE, requires_grad=True)
+    torch.library.opcheck(ops.coor_descent.default, (s, mask, logk, 0.0, torch.full((4,), 3.0, device=DEVICE), *settings))
+    _, a, row_max = ops.coor_descent(s.detach(), mask, None, 1.0, None, *settings)
+    torch.library.opcheck(ops.coor_descent_backward.default,
+                          (s.detach(), mask, None, 1.0, *settings, a, row_max, torch.randn_like(s.detach())))

@@ -3,7 +3,8 @@ import importlib
 import pytest
 import torch
 
-from conftest import DTYPES, TOLERANCES, assert_matches, gpu_only, poison_cached_memory
+from conftest import (COMPILE_MODES, DTYPES, TOLERANCES, assert_compiled_refuses, assert_compiles_whole, assert_matches,
+                      gpu_only, poison_cached_memory)
 from course_lib import references
 from course_lib.layernorm import (
     BACKWARD_MAX_BLOCK,
@@ -539,3 +540,48 @@ def test_offsets_past_int32():
     y64.backward(grad_y[tail].double())
     assert_matches(y[tail], y64.detach(), torch.bfloat16, what="y")
     assert_matches(grad_x[tail], x64.grad, torch.bfloat16, what="dx")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("stable", [False, True], ids=["plain", "stable"])
+@pytest.mark.parametrize("parameters", ["gamma_beta", "gamma", "none"])
+@pytest.mark.parametrize("mode", COMPILE_MODES)
+def test_compiles_whole(mode, parameters, stable, dtype):
+    x = random_rows((2, 7, 33), dtype).transpose(0, 1).requires_grad_()  # strided
+    gamma = torch.randn(33, device=DEVICE, dtype=dtype, requires_grad=True) if parameters != "none" else None
+    beta = torch.randn(33, device=DEVICE, dtype=dtype, requires_grad=True) if parameters == "gamma_beta" else None
+    assert_compiles_whole(lambda x, gamma, beta: layernorm(x, gamma, beta, 1e-5, stable), x, gamma, beta,
+                          mode=mode, op="layernorm")
+
+
+@pytest.mark.parametrize("mode", COMPILE_MODES)
+def test_module_compiles_whole(mode):
+    module = LayerNorm(33, device=DEVICE)
+    with torch.no_grad():
+        module.weight.normal_()
+        module.bias.normal_()
+    x = random_rows((4, 33), torch.float32).requires_grad_()
+    assert_compiles_whole(module, x, mode=mode, op="layernorm")
+    assert module.weight.grad is not None and module.bias.grad is not None
+
+
+def test_compiled_refuses_bad_input():
+    x = torch.randn(4, 8, device=DEVICE)
+    assert_compiled_refuses(layernorm, x, torch.randn(8, device=DEVICE, dtype=torch.float16), error=TypeError,
+                            match="gamma has dtype")
+
+
+@pytest.mark.parametrize("stable", [False, True], ids=["plain", "stable"])
+@pytest.mark.parametrize("parameters", ["gamma_beta", "gamma", "none"])
+def test_operators_pass_opcheck(parameters, stable):
+    x = random_rows((3, 17), torch.float32)
+    gamma = torch.randn(17, device=DEVICE, requires_grad=True) if parameters != "none" else None
+    beta = torch.randn(17, device=DEVICE, requires_grad=True) if parameters == "gamma_beta" else None
+    ops = torch.ops.course_lib
+    torch.library.opcheck(ops.layernorm.default, (x.requires_grad_(), gamma, beta, 1e-5, stable))
+    x = x.detach()
+    gamma = gamma.detach() if gamma is not None else None
+    with torch.no_grad():
+        _, mean, rstd, row_max = ops.layernorm(x, gamma, beta, 1e-5, stable)
+    torch.library.opcheck(ops.layernorm_backward.default,
+                          (torch.randn_like(x), x, gamma, beta is not None, mean, rstd, row_max, 1e-5, stable))

@@ -6,7 +6,8 @@ import torch
 import triton
 
 softmax_module = importlib.import_module("course_lib.softmax")  # the module, not the function of the same name
-from conftest import DTYPES, assert_matches, gpu_only, poison_cached_memory
+from conftest import (COMPILE_MODES, DTYPES, assert_compiled_refuses, assert_compiles_whole, assert_matches, gpu_only,
+                      poison_cached_memory)
 from course_lib import references
 from course_lib.runtime import DEVICE, num_warps_for, pick
 from course_lib.softmax import (
@@ -400,3 +401,24 @@ def test_rejects_too_many_rows_or_columns():
         softmax(no_memory.expand(2**31 - 8, 1))
     with pytest.raises(ValueError, match="2147483640 columns are too many for 32-bit indices"):
         softmax(no_memory.expand(1, 2**31 - 8))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("causal", [False, True], ids=["plain", "causal"])
+@pytest.mark.parametrize("mode", COMPILE_MODES)
+def test_compiles_whole(mode, causal, dtype):
+    x = torch.randn(2, 3, 19, 19, device=DEVICE, dtype=dtype).transpose(-1, -2).requires_grad_()  # strided
+    assert_compiles_whole(causal_softmax if causal else softmax, x, mode=mode, op="softmax")
+
+
+def test_compiled_refuses_bad_input():
+    x = torch.randn(3, 4, 5, device=DEVICE)
+    assert_compiled_refuses(causal_softmax, x, error=ValueError, match="square matrices")
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["plain", "causal"])
+def test_operators_pass_opcheck(causal):
+    x = torch.randn(3, 9, 9, device=DEVICE, requires_grad=True)
+    torch.library.opcheck(torch.ops.course_lib.softmax.default, (x, causal))
+    y = softmax(x.detach(), causal)
+    torch.library.opcheck(torch.ops.course_lib.softmax_backward.default, (y, torch.randn_like(y), causal))

@@ -3,7 +3,8 @@ import functools
 import pytest
 import torch
 
-from conftest import DTYPES, assert_matches, gpu_only, poison_cached_memory
+from conftest import (COMPILE_MODES, DTYPES, assert_compiled_refuses, assert_compiles_whole, assert_matches, gpu_only,
+                      poison_cached_memory)
 from course_lib import references, weighted_sum
 from course_lib.runtime import DEVICE, pick
 from course_lib.weighted_sum import backward_tiles, forward_tiles, vector_width, weighted_sum_forward, width_hint
@@ -217,3 +218,24 @@ def test_rejects_more_rows_than_int32():
     huge = torch.zeros(1, 1, device=DEVICE).expand(2**31, 1)  # no memory behind it
     with pytest.raises(ValueError, match="M = 2147483648 is too large"):
         weighted_sum(huge, torch.ones(1, device=DEVICE))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("mode", COMPILE_MODES)
+def test_compiles_whole(mode, dtype):
+    x = torch.randn(3, 5, 33, device=DEVICE, dtype=dtype).transpose(0, 1).requires_grad_()  # strided
+    weight = torch.randn(33, device=DEVICE, dtype=dtype, requires_grad=True)
+    assert_compiles_whole(weighted_sum, x, weight, mode=mode, op="weighted_sum")
+
+
+def test_compiled_refuses_bad_input():
+    x = torch.randn(4, 8, device=DEVICE)
+    assert_compiled_refuses(weighted_sum, x, torch.randn(7, device=DEVICE), error=ValueError, match="weight must have shape")
+
+
+def test_operators_pass_opcheck():
+    x = torch.randn(5, 33, device=DEVICE, requires_grad=True)
+    weight = torch.randn(33, device=DEVICE, requires_grad=True)
+    torch.library.opcheck(torch.ops.course_lib.weighted_sum.default, (x, weight))
+    torch.library.opcheck(torch.ops.course_lib.weighted_sum_backward.default,
+                          (x.detach(), weight.detach(), torch.randn(5, device=DEVICE)))
