@@ -18,19 +18,26 @@ MODULES = {
 }
 
 
+# Each course_lib row is compared with these, where the results have them.
+COMPARED_WITH = {
+    "course_lib": ("torch", "torch.compile"),
+    "course_lib.cudagraphs": ("torch.compile.cudagraphs",),
+}
+
+
 def print_rows(rows):
     """Each course_lib row with its speed-ups over torch and torch.compile."""
     by_key = {(r["kernel"], r["pass"], r["dtype"], tuple(r["shape"]), r["impl"]): r for r in rows}
     for (kernel, pass_, dtype, shape, impl), r in by_key.items():
-        if impl != "course_lib":
+        if impl not in COMPARED_WITH:
             continue
         others = " ".join(
             f"| {other} {by_key[kernel, pass_, dtype, shape, other]['frac_of_copy']:.2f} C "
             f"x{by_key[kernel, pass_, dtype, shape, other]['ms'] / r['ms']:.2f}"
-            for other in ("torch", "torch.compile")
+            for other in COMPARED_WITH[impl]
         )
         memory = f" | peak extra {r['peak_extra_bytes'] / 2**20:.0f} MiB" if "peak_extra_bytes" in r else ""
-        print(f"{kernel:>14} {pass_} {dtype:>8} {str(list(shape)):>18} {r['ms'] * 1e3:9.1f} us "
+        print(f"{kernel:>14} {pass_:>4} {impl:>21} {dtype:>8} {str(list(shape)):>18} {r['ms'] * 1e3:9.1f} us "
               f"(GPU alone {r['gpu_ms'] * 1e3:7.1f}) {r['frac_of_copy']:.2f} C "
               f"(a copy of as many bytes {r['copy_same_bytes_frac']:.2f} C) {others}{memory}", flush=True)
 

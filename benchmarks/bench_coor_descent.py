@@ -1,12 +1,13 @@
 """Coordinate descent (CoLT5's router) against the PyTorch reference, eager and under
-torch.compile, forward and backward.
+torch.compile: forward, backward, and the training step (both, as a user's loop calls
+them, also inside torch.compile(mode="reduce-overhead")).
 
     python -m benchmarks --only coor_descent
 
 Float32, 20 iterations with eps_init = 4, eps_decay = 0.7, eps = 0.03 and k = n / 8.
 Bytes counted: the forward reads s and writes y, 2·rows·n·4; the backward reads s and
-dy and writes ds, 3·rows·n·4. The kernels do 20 passes over rows held in registers, so
-the speed ratios say more than the fractions of C. Each row also has peak_extra_bytes:
+dy and writes ds, 3·rows·n·4; the step both, 5·rows·n·4. The kernels do 20 passes over
+rows held in registers, so the speed ratios say more than the fractions of C. Each row also has peak_extra_bytes:
 the most memory allocated during a forward and backward, beyond what was allocated
 before them (s and dy): y, ds and every workspace.
 """
@@ -14,7 +15,7 @@ before them (s and dy): y, ds and every workspace.
 import torch
 
 from course_lib import references
-from course_lib.benchmarking import forward_backward_ms, fresh_compile, row
+from course_lib.benchmarking import forward_backward_ms, fresh_compile, row, step_rows
 from course_lib.coor_descent import coor_descent
 
 SHAPES = [(1024, 4096), (256, 32768), (4096, 1024), (4, 131072)]
@@ -50,4 +51,7 @@ def run(copy_gbps, shapes=SHAPES):
                 result = row("coor_descent", pass_, impl, torch.float32, (n_rows, n_cols), timings, moved, copy_gbps)
                 result["peak_extra_bytes"] = peak
                 rows.append(result)
+        rows += step_rows("coor_descent", torch.float32, (n_rows, n_cols), impls["course_lib"],
+                          lambda t, settings=settings: references.coor_descent(t, **settings), (s,), 5 * n_bytes,
+                          copy_gbps)
     return rows

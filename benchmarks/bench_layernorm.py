@@ -1,13 +1,16 @@
-"""LayerNorm against torch.nn.functional.layer_norm (eager) and its torch.compile, forward and backward.
+"""LayerNorm against torch.nn.functional.layer_norm (eager) and its torch.compile: forward,
+backward, and the training step (both, as a user's loop calls them, also inside
+torch.compile(mode="reduce-overhead")).
 
 Bytes counted: forward reads x and writes y (2·M·N·es); the backward reads x and dy and
-writes dx (3·M·N·es) — gamma, beta, their gradients and the row statistics are small.
+writes dx (3·M·N·es); the step both (5·M·N·es) — gamma, beta, their gradients and the
+row statistics are small.
 """
 
 import torch
 import torch.nn.functional as F
 
-from course_lib.benchmarking import forward_backward_ms, fresh_compile, row
+from course_lib.benchmarking import forward_backward_ms, fresh_compile, row, step_rows
 from course_lib.layernorm import layernorm
 
 SHAPES = [(16384, 1024), (8192, 4096), (4096, 8192), (2048, 32768), (512, 2**17)]
@@ -31,4 +34,6 @@ def run(copy_gbps, shapes=SHAPES, dtypes=DTYPES):
                 fwd, bwd = forward_backward_ms(fn, x, weight, bias)
                 rows.append(row("layernorm", "fwd", impl, dtype, shape, fwd, 2 * n_bytes, copy_gbps))
                 rows.append(row("layernorm", "bwd", impl, dtype, shape, bwd, 3 * n_bytes, copy_gbps))
+            rows += step_rows("layernorm", dtype, shape, layernorm, torch_layernorm, (x, weight, bias), 5 * n_bytes,
+                              copy_gbps)
     return rows

@@ -1,15 +1,18 @@
-"""Causal softmax against torch eager (`masked_fill` + `softmax`) and its torch.compile,
-forward and backward; and a wide plain softmax, 2**17 columns, against `x.softmax(-1)`.
+"""Causal softmax against torch eager (`masked_fill` + `softmax`) and its torch.compile:
+forward, backward and the training step (both, as a user's loop calls them, also inside
+torch.compile(mode="reduce-overhead")); and a wide plain softmax, 2**17 columns, against
+`x.softmax(-1)`.
 
 Bytes counted for causal softmax, per (n, n) matrix: the forward reads the lower
 triangle and writes everything, 1.5·n²·es; the backward reads the lower triangles of
-y and grad_y and writes grad_x, 2·n²·es. For the plain softmax of (M, N): forward
-2·M·N·es (read x, write y), backward 3·M·N·es (read y and grad_y, write grad_x).
+y and grad_y and writes grad_x, 2·n²·es; the step both, 3.5·n²·es. For the plain softmax
+of (M, N): forward 2·M·N·es (read x, write y), backward 3·M·N·es (read y and grad_y,
+write grad_x), the step 5·M·N·es.
 """
 
 import torch
 
-from course_lib.benchmarking import forward_backward_ms, fresh_compile, row
+from course_lib.benchmarking import forward_backward_ms, fresh_compile, row, step_rows
 from course_lib.softmax import causal_softmax, softmax
 
 SHAPES = [(64, 1024), (16, 4096), (4, 8192)]  # (batch, n): batch matrices of n x n
@@ -39,6 +42,8 @@ def run(copy_gbps, shapes=SHAPES, dtypes=DTYPES, wide_shape=WIDE_SHAPE):
                 shape = (batch, n, n)
                 rows.append(row("causal_softmax", "fwd", impl, dtype, shape, fwd, 1.5 * matrix_bytes, copy_gbps))
                 rows.append(row("causal_softmax", "bwd", impl, dtype, shape, bwd, 2 * matrix_bytes, copy_gbps))
+            rows += step_rows("causal_softmax", dtype, (batch, n, n), causal_softmax,
+                              lambda t, hidden=hidden: masked_softmax(t, hidden), (x,), 3.5 * matrix_bytes, copy_gbps)
         x = torch.randn(wide_shape, device="cuda", dtype=dtype, requires_grad=True)
         n_bytes = x.numel() * x.element_size()
         for impl, fn in {"course_lib": softmax, "torch": plain_softmax,
@@ -46,4 +51,5 @@ def run(copy_gbps, shapes=SHAPES, dtypes=DTYPES, wide_shape=WIDE_SHAPE):
             fwd, bwd = forward_backward_ms(fn, x)
             rows.append(row("softmax", "fwd", impl, dtype, wide_shape, fwd, 2 * n_bytes, copy_gbps))
             rows.append(row("softmax", "bwd", impl, dtype, wide_shape, bwd, 3 * n_bytes, copy_gbps))
+        rows += step_rows("softmax", dtype, wide_shape, softmax, plain_softmax, (x,), 5 * n_bytes, copy_gbps)
     return rows

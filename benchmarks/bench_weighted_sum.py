@@ -1,12 +1,15 @@
-"""Weighted sum against `x @ w` (torch eager) and its torch.compile, forward and backward.
+"""Weighted sum against `x @ w` (torch eager) and its torch.compile: forward, backward,
+and the training step (forward and backward as a user's loop calls them, also inside
+torch.compile(mode="reduce-overhead")).
 
-Bytes counted: forward reads x (M·D·es); backward reads x and writes grad_x (2·M·D·es).
+Bytes counted: forward reads x (M·D·es); backward reads x and writes grad_x (2·M·D·es);
+the step both (3·M·D·es).
 """
 
 import torch
 
 from course_lib import weighted_sum
-from course_lib.benchmarking import forward_backward_ms, fresh_compile, row
+from course_lib.benchmarking import forward_backward_ms, fresh_compile, row, step_rows
 
 SHAPES = [(65536, 1024), (16384, 8192), (1048576, 128)]
 DTYPES = [torch.float32, torch.bfloat16]
@@ -27,4 +30,5 @@ def run(copy_gbps, shapes=SHAPES, dtypes=DTYPES):
                 fwd, bwd = forward_backward_ms(fn, x, w)
                 rows.append(row("weighted_sum", "fwd", impl, dtype, shape, fwd, n_bytes, copy_gbps))
                 rows.append(row("weighted_sum", "bwd", impl, dtype, shape, bwd, 2 * n_bytes, copy_gbps))
+            rows += step_rows("weighted_sum", dtype, shape, weighted_sum, matvec, (x, w), 3 * n_bytes, copy_gbps)
     return rows

@@ -17,6 +17,7 @@ FRACTION = "fraction of C"
 EAGER = "× torch"
 COMPILE = "× torch.compile"
 MEMORY = "peak extra ÷ input"
+GRAPHS = "× torch.compile, both in CUDA graphs"  # course_lib.cudagraphs against torch.compile.cudagraphs
 AT_MOST = {MEMORY}  # every other measure is a lower bound
 
 WIDE_ROW = 2**17  # the wide-row targets' width
@@ -83,6 +84,18 @@ TARGETS = [
     Target("coor_descent", "bwd", "every shape", _everywhere, EAGER, 10.0),
     Target("coor_descent", "bwd", "every shape", _everywhere, COMPILE, 3.0),
     Target("coor_descent", "bwd", "every shape", _everywhere, MEMORY, 3.0),
+    # The training step (forward and backward as a user's loop calls them), on do_bench's time.
+    Target("weighted_sum", "step", "every shape", _everywhere, EAGER, 1.0),
+    Target("weighted_sum", "step", "every shape", _everywhere, GRAPHS, 1.0),
+    Target("causal_softmax", "step", "every shape", _everywhere, EAGER, 2.0),
+    Target("causal_softmax", "step", "every shape", _everywhere, GRAPHS, 1.3),
+    Target("softmax", "step", "every shape", _everywhere, EAGER, 1.0),
+    Target("softmax", "step", "every shape", _everywhere, GRAPHS, 1.0),
+    Target("layernorm", "step", "every shape", _everywhere, EAGER, 1.0),
+    Target("layernorm", "step", "every shape", _everywhere, GRAPHS, 1.0),
+    Target("coor_descent", "step", "every shape", _everywhere, EAGER, 10.0),
+    Target("coor_descent", "step", "every shape", _everywhere, COMPILE, 1.5),
+    Target("coor_descent", "step", "every shape", _everywhere, GRAPHS, 3.0),
 ]
 
 
@@ -110,7 +123,7 @@ def _element_size(dtype):
     return {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}[dtype]
 
 
-def _measure(measure, ours, eager, compiled, time_key, fraction_key):
+def _measure(measure, ours, eager, compiled, graphs, compiled_graphs, time_key, fraction_key):
     if measure == FRACTION:
         return ours.get(fraction_key)
     if measure == MEMORY:
@@ -120,21 +133,26 @@ def _measure(measure, ours, eager, compiled, time_key, fraction_key):
         for size in ours["shape"]:
             input_bytes *= size
         return ours["peak_extra_bytes"] / input_bytes
-    other = eager if measure == EAGER else compiled
-    if other is None or not ours.get(time_key) or other.get(time_key) is None:
+    if measure == GRAPHS:
+        ours, other = graphs, compiled_graphs
+    else:
+        other = eager if measure == EAGER else compiled
+    if ours is None or other is None or not ours.get(time_key) or other.get(time_key) is None:
         return None
     return other[time_key] / ours[time_key]
 
 
-def check(ours, eager=None, compiled=None):
+def check(ours, eager=None, compiled=None, graphs=None, compiled_graphs=None):
     """The Checks of course_lib's row ``ours`` against every target that applies to it,
-    with the torch and torch.compile rows of the same pass, dtype and shape."""
+    with the torch and torch.compile rows of the same pass, dtype and shape, and for a
+    step, the course_lib.cudagraphs and torch.compile.cudagraphs rows."""
     shape = tuple(ours["shape"])
+    others = (eager, compiled, graphs, compiled_graphs)
     return [
         Check(
             target,
-            _measure(target.measure, ours, eager, compiled, "ms", "frac_of_copy"),
-            _measure(target.measure, ours, eager, compiled, "gpu_ms", "gpu_frac_of_copy"),
+            _measure(target.measure, ours, *others, "ms", "frac_of_copy"),
+            _measure(target.measure, ours, *others, "gpu_ms", "gpu_frac_of_copy"),
         )
         for target in TARGETS
         if target.kernel == ours["kernel"] and target.pass_ == ours["pass"] and target.applies(shape)

@@ -77,15 +77,16 @@ def gpu_only_ms(fn, runs=50):
     return statistics.median(times)
 
 
-def fresh_compile(fn):
-    """torch.compile(fn) with dynamo's caches cleared: call it once per shape.
+def fresh_compile(fn, mode=None):
+    """torch.compile(fn, mode=mode) with dynamo's caches cleared: call it once per shape,
+    just before timing it.
 
     Every shape, dtype and grad mode is a new graph, and past dynamo's recompile limit
     (8 by default) torch.compile silently runs eager: the 'torch.compile' rows would
     then measure eager PyTorch.
     """
     torch._dynamo.reset()
-    return torch.compile(fn, dynamic=False)
+    return torch.compile(fn, dynamic=False, mode=mode)
 
 
 class Timings(NamedTuple):
@@ -110,6 +111,42 @@ def forward_backward_ms(fn, *inputs):
     grad_y = torch.randn_like(y)
     backward = timings(lambda: torch.autograd.grad(y, inputs, grad_y, retain_graph=True))
     return forward, backward
+
+
+# The step's implementations: (impl name, whether it runs course_lib, torch.compile mode
+# or None for eager). "reduce-overhead" records the step's kernels in CUDA graphs.
+STEP_IMPLS = [
+    ("course_lib", True, None),
+    ("torch", False, None),
+    ("torch.compile", False, "default"),
+    ("course_lib.cudagraphs", True, "reduce-overhead"),
+    ("torch.compile.cudagraphs", False, "reduce-overhead"),
+]
+
+
+def step_timings(fn, *inputs):
+    """Timings of one training step as a user's loop runs it: the inputs' gradients set
+    to None, ``fn(*inputs)``, and its backward with a fixed random output gradient."""
+    leaves = [t for t in inputs if t.requires_grad]
+    grad_y = torch.randn_like(fn(*inputs))
+
+    def step():
+        for t in leaves:
+            t.grad = None
+        fn(*inputs).backward(grad_y)
+
+    return Timings(median_ms(step), gpu_only_ms(step))
+
+
+def step_rows(kernel, dtype, shape, course_fn, torch_fn, inputs, n_bytes, copy_gbps):
+    """A "step" row for every STEP_IMPLS entry; ``n_bytes`` counts the forward's and the
+    backward's bytes together."""
+    rows = []
+    for impl, ours, mode in STEP_IMPLS:
+        fn = course_fn if ours else torch_fn
+        timings = step_timings(fresh_compile(fn, mode) if mode else fn, *inputs)
+        rows.append(row(kernel, "step", impl, dtype, shape, timings, n_bytes, copy_gbps))
+    return rows
 
 
 def copy_bandwidth_gbps(n_bytes=2**30):

@@ -25,7 +25,17 @@ DEFAULT_RESULTS = ROOT / "benchmarks" / "results"
 DEFAULT_OUT = ROOT / "book" / "_generated" / "benchmarks.md"
 
 NO_RESULTS = "No benchmark results have been recorded yet; run `make benchmarks` on a GPU."
-PASS_ORDER = {"fwd": 0, "bwd": 1}
+PASS_ORDER = {"fwd": 0, "bwd": 1, "step": 2}
+STEP_IMPLS = ["course_lib", "torch", "torch.compile", "course_lib.cudagraphs", "torch.compile.cudagraphs"]
+STEP_HEADER = [
+    "dtype",
+    "shape",
+    *(f"{impl} ms" for impl in STEP_IMPLS),
+    "course_lib GPU alone ms",
+    "speedup vs torch",
+    "speedup vs torch.compile",
+    "in CUDA graphs: speedup vs torch.compile",
+]
 HEADER = [
     "pass",
     "dtype",
@@ -109,12 +119,39 @@ def _cases(rows):
 
 def _checks(impls):
     ours = impls.get("course_lib")
-    return check(ours, impls.get("torch"), impls.get("torch.compile")) if ours else []
+    others = ("torch", "torch.compile", "course_lib.cudagraphs", "torch.compile.cudagraphs")
+    return check(ours, *(impls.get(name) for name in others)) if ours else []
+
+
+def step_table(rows):
+    """The training steps of one kernel: a line per (dtype, shape), every implementation's
+    time, course_lib's speed-ups eager and, inside CUDA graphs, over torch.compile's."""
+    header = STEP_HEADER + [TARGETS_HEADER]
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join([":--"] * 2 + ["--:"] * (len(header) - 3) + [":--"]) + "|",
+    ]
+    for key, impls in _cases(rows):
+        times = {impl: impls[impl]["ms"] if impl in impls else None for impl in STEP_IMPLS}
+        ours = impls.get("course_lib")
+        cells = [
+            escape(key[1]),
+            fmt_shape(key[2]),
+            *(fmt_ms(times[impl]) for impl in STEP_IMPLS),
+            fmt_ms(ours.get("gpu_ms") if ours else None),
+            fmt_speedup(times["torch"], times["course_lib"]),
+            fmt_speedup(times["torch.compile"], times["course_lib"]),
+            fmt_speedup(times["torch.compile.cudagraphs"], times["course_lib.cudagraphs"]),
+            fmt_misses(_checks(impls)),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def kernel_table(rows):
-    """One Markdown table for one kernel: a line per (pass, dtype, shape)."""
-    cases = _cases(rows)
+    """One Markdown table for one kernel: a line per (pass, dtype, shape) of the
+    kernels' own passes (the steps have step_table)."""
+    cases = _cases([row for row in rows if row["pass"] != "step"])
     with_memory = any("peak_extra_bytes" in row for row in rows)
     header = HEADER + ([MEMORY_HEADER] if with_memory else []) + [TARGETS_HEADER]
     lines = [
@@ -207,6 +244,10 @@ def results_section(path, data):
     for kernel, rows in kernels.items():
         lines += ["", f"### `{kernel}`", ""]
         lines += kernel_table(rows)
+        steps = [row for row in rows if row["pass"] == "step"]
+        if steps:
+            lines += ["", f"Training steps of `{kernel}` (forward and backward as a user's loop calls them):", ""]
+            lines += step_table(steps)
     return lines
 
 

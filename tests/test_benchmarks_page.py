@@ -88,3 +88,22 @@ def test_page_lists_each_miss_and_counts_it(tmp_path):
     assert table_row.endswith("| ≥ 0.85 fraction of C: 0.5 [1] |")
     assert "| 2.000 | 0.50 | 1.000 | 1.00 | 0.62 | 3.000 |" in table_row  # the copy of as many bytes
     assert "| weighted\\_sum | fwd | every shape | ≥ 0.85 fraction of C; ≥ 1 × torch; ≥ 1 × torch.compile |" in page
+
+
+def test_step_rows_get_their_own_table_and_the_cuda_graph_target(tmp_path):
+    """A step is checked against torch eager and, in CUDA graphs, against torch.compile's
+    graphs; its table lists all five implementations."""
+    times = {"course_lib": 2.0, "torch": 3.0, "torch.compile": 2.5, "course_lib.cudagraphs": 1.0,
+             "torch.compile.cudagraphs": 0.8}
+    rows = [result("layernorm", "step", impl, (16, 32), ms=ms, gpu_ms=ms) for impl, ms in times.items()]
+    ours, eager, compiled, graphs, compiled_graphs = rows
+    checks = {c.target.measure: c for c in targets.check(ours, eager, compiled, graphs, compiled_graphs)}
+    assert checks[targets.EAGER].value == pytest.approx(1.5) and checks[targets.EAGER].met
+    assert checks[targets.GRAPHS].value == pytest.approx(0.8) and not checks[targets.GRAPHS].met
+    (tmp_path / "gpu.json").write_text(json.dumps(
+        {"gpu": "Test GPU", "torch": "2", "triton": "3", "copy_gbps": 1000.0, "rows": rows}))
+    page = benchmarks_page.render(tmp_path)
+    table_row = next(line for line in page.splitlines() if line.startswith("| float32 | 16×32 |"))
+    assert "| 2.000 | 3.000 | 2.500 | 1.000 | 0.8000 | 2.000 | 1.50× | 1.25× | 0.80× |" in table_row
+    assert table_row.endswith("≥ 1 × torch.compile, both in CUDA graphs: 0.8 [0.8] |")
+    assert "| step |" not in page.split("## Test GPU")[1].split("Training steps")[0]  # not in the kernels' table
