@@ -85,7 +85,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .runtime import ON_GPU, cdiv, multiprocessor_count, next_power_of_2, slots_block
+from .runtime import ON_GPU, cdiv, launch, multiprocessor_count, next_power_of_2, slots_block
 from .validation import check_index_range, check_tensor, on_device_of, wants_gradient
 
 LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
@@ -536,7 +536,7 @@ def coor_descent_forward(s2d, mask2d, logk, schedule, plan=None):
     mask_strides = mask2d.stride() if mask2d is not None else (0, 0)
 
     def launch(row_programs, first_step, last_step):
-        coor_descent_forward_kernel[(row_programs, plan.tiles)](
+        launch(coor_descent_forward_kernel, (row_programs, plan.tiles),
             s2d, mask2d, logk_tensor, schedule, a, row_max, y, slots,
             n_rows, n_cols, n_iters, logk_value, first_step, last_step,
             *s2d.stride(), *mask_strides, y.stride(0),
@@ -575,14 +575,14 @@ def coor_descent_backward(s2d, mask2d, logk, schedule, a, row_max, dy2d, plan=No
     with on_device_of(s2d):
         if split:
             partials = torch.empty((n_rows, n_iters, plan.tiles), device=s2d.device, dtype=torch.float64)
-            coor_descent_backward_partials_kernel[grid](
+            launch(coor_descent_backward_partials_kernel, grid,
                 s2d, mask2d, dy2d, logk_tensor, schedule, a, row_max, partials,
                 n_cols, n_iters, logk_value, *s2d.stride(), *mask_strides, *dy2d.stride(), **common,
             )
             sums = partials.sum(dim=-1)  # in a fixed order: the same sums on every run
         else:
             sums = None  # whole rows compute their own sums
-        coor_descent_backward_kernel[grid](
+        launch(coor_descent_backward_kernel, grid,
             s2d, mask2d, dy2d, logk_tensor, schedule, a, row_max, sums, ds, dlogk,
             n_cols, n_iters, logk_value, *s2d.stride(), *mask_strides, *dy2d.stride(), ds.stride(0),
             SPLIT=split, **common,

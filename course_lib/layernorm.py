@@ -44,7 +44,7 @@ import triton
 import triton.language as tl
 from torch import nn
 
-from .runtime import ON_GPU, cdiv, max_shared_memory, multiprocessor_count, next_power_of_2, slots_block
+from .runtime import ON_GPU, cdiv, launch, max_shared_memory, multiprocessor_count, next_power_of_2, slots_block
 from .validation import (
     INT32_LIMIT,
     check_index_range,
@@ -727,7 +727,7 @@ def layernorm_forward(x, gamma, beta, eps, stable, *, save_stats, tiles=None):
         kernel, loop_options = layernorm_forward_looped_kernel, {"NUM_STAGES": num_stages}
     mean, rstd, row_max = stats or (None, None, None)
     with on_device_of(x):
-        kernel[(cdiv(n_rows, block_rows),)](
+        launch(kernel, (cdiv(n_rows, block_rows),),
             x2d, gamma, beta, y, mean, rstd, row_max,
             n_rows, n_cols, eps,
             x2d.stride(0), x2d.stride(1), _stride(gamma), _stride(beta), y.stride(0),
@@ -756,7 +756,7 @@ def _backward_whole_rows(x2d, gamma, has_beta, grad_y, grad_x, stats, eps, stabl
     rows_per_group, partial = _partial_rows(
         n_rows, block_rows, config.programs_per_sm * multiprocessor_count(), partial_width, x2d.device
     )
-    layernorm_backward_kernel[(partial.shape[0],)](
+    launch(layernorm_backward_kernel, (partial.shape[0],),
         x2d, gamma, grad_y, stats.mean, stats.rstd, stats.row_max, grad_x, partial,
         n_rows, n_cols, rows_per_group, eps,
         x2d.stride(0), x2d.stride(1), _stride(gamma), grad_y.stride(0), grad_y.stride(1),
@@ -777,7 +777,7 @@ def _backward_two_stages(x2d, gamma, has_beta, grad_y, grad_x, stats, eps, stabl
     )
     n_sums = 3 if stable else 2  # sums of dy * gamma and dy * gamma * xhat, count of maxima
     row_sums = torch.empty((n_sums, n_rows, col_blocks), device=x2d.device, dtype=torch.float32)
-    layernorm_backward_partials_kernel[(col_blocks, partial.shape[0])](
+    launch(layernorm_backward_partials_kernel, (col_blocks, partial.shape[0]),
         x2d, gamma, grad_y, stats.mean, stats.rstd, stats.row_max, row_sums, partial,
         n_rows, n_cols, rows_per_group,
         x2d.stride(0), x2d.stride(1), _stride(gamma), grad_y.stride(0), grad_y.stride(1),
@@ -786,7 +786,7 @@ def _backward_two_stages(x2d, gamma, has_beta, grad_y, grad_x, stats, eps, stabl
         BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, NUM_STAGES=num_stages, VEC=vec, num_warps=num_warps,
     )
     dx_rows, dx_cols, dx_warps, dx_stages = config.dx_tiles
-    layernorm_backward_dx_kernel[(cdiv(n_rows, dx_rows),)](
+    launch(layernorm_backward_dx_kernel, (cdiv(n_rows, dx_rows),),
         x2d, gamma, grad_y, stats.mean, stats.rstd, stats.row_max, row_sums, grad_x,
         n_rows, n_cols, col_blocks, eps,
         x2d.stride(0), x2d.stride(1), _stride(gamma), grad_y.stride(0), grad_y.stride(1),
@@ -815,7 +815,7 @@ def _backward_split_rows(x2d, gamma, has_beta, grad_y, grad_x, stats, eps, stabl
     # One 64-bit word per row, sum and tile; zero means "not published yet".
     slots = torch.zeros((n_rows, 3 if stable else 2, n_tiles), device=x2d.device, dtype=torch.int64)
     partial = torch.empty((n_groups, partial_width), device=x2d.device, dtype=torch.float32)
-    layernorm_backward_split_rows_kernel[(n_groups, n_tiles)](
+    launch(layernorm_backward_split_rows_kernel, (n_groups, n_tiles),
         x2d, gamma, grad_y, stats.mean, stats.rstd, stats.row_max, grad_x, partial, slots,
         n_rows, n_cols, eps,
         x2d.stride(0), x2d.stride(1), _stride(gamma), grad_y.stride(0), grad_y.stride(1),

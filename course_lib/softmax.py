@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .runtime import cdiv, multiprocessor_count, next_power_of_2, num_warps_for
+from .runtime import cdiv, launch, multiprocessor_count, next_power_of_2, num_warps_for
 from .validation import INT32_LIMIT, check_index_range, check_tensor, on_device_of, wants_gradient
 
 # Causal loads fetch keys up to the diagonal rounded up to this many columns: a load
@@ -386,13 +386,13 @@ def softmax_forward(x, causal, tiles=None):
     strides = (*x3d.stride(), y2d.stride(0))
     with on_device_of(x):
         if block_cols >= n_cols:
-            softmax_forward_kernel[(cdiv(n_rows, block_rows),)](
+            launch(softmax_forward_kernel, (cdiv(n_rows, block_rows),),
                 x3d, y2d, n_rows, rows_per_matrix, n_cols, *strides,
                 CAUSAL=causal, BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, num_warps=num_warps,
             )
         else:
             assert block_rows == 1, "the looped kernels work on one row at a time"
-            softmax_forward_looped_kernel[looped_grid(n_rows, n_cols)](
+            launch(softmax_forward_looped_kernel, looped_grid(n_rows, n_cols),
                 x3d, y2d, n_rows, rows_per_matrix, n_cols, *strides,
                 CAUSAL=causal, BLOCK_COLS=block_cols, num_warps=num_warps,
             )
@@ -414,13 +414,13 @@ def softmax_backward(y, grad_y, causal, tiles=None):
     strides = (y2d.stride(0), *grad_y3d.stride(), grad_x2d.stride(0))
     with on_device_of(y):
         if block_cols >= n_cols:
-            softmax_backward_kernel[(cdiv(n_rows, block_rows),)](
+            launch(softmax_backward_kernel, (cdiv(n_rows, block_rows),),
                 y2d, grad_y3d, grad_x2d, n_rows, rows_per_matrix, n_cols, *strides,
                 CAUSAL=causal, BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, num_warps=num_warps,
             )
         else:
             assert block_rows == 1, "the looped kernels work on one row at a time"
-            softmax_backward_looped_kernel[looped_grid(n_rows, n_cols)](
+            launch(softmax_backward_looped_kernel, looped_grid(n_rows, n_cols),
                 y2d, grad_y3d, grad_x2d, n_rows, rows_per_matrix, n_cols, *strides,
                 CAUSAL=causal, BLOCK_COLS=block_cols, num_warps=num_warps,
             )

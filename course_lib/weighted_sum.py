@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .runtime import cdiv, multiprocessor_count, next_power_of_2
+from .runtime import cdiv, launch, multiprocessor_count, next_power_of_2
 from .validation import (
     check_index_range,
     check_same_device_and_dtype,
@@ -252,7 +252,7 @@ def sum_partial_rows(partial, dtype):
     out = torch.empty(width, device=partial.device, dtype=dtype)
     block_cols = max(16, min(64, next_power_of_2(cdiv(width, multiprocessor_count()))))
     block_rows = max(1, min(next_power_of_2(n_partial_rows), 4096 // block_cols))
-    column_sum_kernel[(cdiv(width, block_cols),)](
+    launch(column_sum_kernel, (cdiv(width, block_cols),),
         partial, out, n_partial_rows, width, partial.stride(0),
         BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, NUM_STAGES=3,
     )
@@ -286,7 +286,7 @@ def weighted_sum_forward(x, weight, tiles=None):
     )
     grid = (cdiv(n_rows, block_rows),)
     with on_device_of(x):
-        weighted_sum_forward_kernel[grid](
+        launch(weighted_sum_forward_kernel, grid,
             x2d, weight, y,
             n_rows, n_cols,
             x2d.stride(0), x2d.stride(1), weight.stride(0), y.stride(0),
@@ -313,7 +313,7 @@ def weighted_sum_backward(x, weight, grad_y, tiles=None):
     row_groups = cdiv(n_rows, rows_per_program)
     partial = torch.empty((row_groups, n_cols), device=x.device, dtype=torch.float32)
     with on_device_of(x):
-        weighted_sum_backward_kernel[(col_blocks, row_groups)](
+        launch(weighted_sum_backward_kernel, (col_blocks, row_groups),
             x2d, weight, grad_y, grad_x, partial,
             n_rows, n_cols, rows_per_program,
             x2d.stride(0), x2d.stride(1), weight.stride(0), grad_y.stride(0),

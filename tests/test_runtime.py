@@ -1,7 +1,9 @@
 import pytest
 import torch
 
-from course_lib import runtime
+from course_lib import runtime  # before triton: it may select the interpreter
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 
 def test_describe_names_triton_and_where_kernels_run():
@@ -82,3 +84,39 @@ def test_interpreter_refuses_a_triton_imported_too_early(monkeypatch):
 def test_interpreter_accepts_a_variable_set_in_advance(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     runtime._select_interpreter()
+
+
+@triton.jit
+def _scaled_copy_kernel(src_ptr, dst_ptr, n, scale, BLOCK: tl.constexpr, ADD_ONE: tl.constexpr = False):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    values = tl.load(src_ptr + offsets, mask=mask) * scale
+    if ADD_ONE:
+        values += 1
+    tl.store(dst_ptr + offsets, values, mask=mask)
+
+
+def test_specialisation_tells_apart_what_triton_compiles_for():
+    """Every fact Triton specialises a kernel on changes launch's key: dtypes, 16-byte
+    alignment, integers equal to 1, multiples of 16, beyond 32 bits."""
+    x = torch.zeros(64, device=runtime.DEVICE)
+    key = runtime._specialisation
+    assert key(x) != key(x[1:]) and key(x) == key(x[4:])  # 4 floats = 16 bytes
+    assert key(x) != key(x.half())
+    assert len({key(1), key(16), key(17), key(2**31 + 16)}) == 4
+    assert key(32) == key(16) and key(True) != key(1) and key(None) is None
+
+
+@pytest.mark.parametrize("offset", [0, 1, 4], ids=["aligned", "misaligned", "aligned_again"])
+def test_launch_gives_what_kernel_grid_gives(offset):
+    """Launched twice (on a GPU the second time directly, past kernel[grid]), on aligned
+    and misaligned views, with a constexpr left at its default and one set."""
+    src = torch.randn(1000 + offset, device=runtime.DEVICE)[offset:]
+    for add_one in (False, True):
+        expected = src * 0.5 + add_one
+        for _ in range(2):
+            dst = torch.full_like(src, float("nan"))
+            constexprs = {"ADD_ONE": True} if add_one else {}
+            runtime.launch(_scaled_copy_kernel, (runtime.cdiv(1000, 128),), src, dst, 1000, 0.5, BLOCK=128,
+                           num_warps=2, **constexprs)
+            torch.testing.assert_close(dst, expected)

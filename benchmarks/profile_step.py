@@ -1,0 +1,133 @@
+"""Where one training step's time goes: host against GPU, a torch.profiler timeline.
+
+    python -m benchmarks.profile_step                      # LayerNorm bfloat16 16384 x 1024
+    python -m benchmarks.profile_step --kernel softmax --shape 64,1024,1024 --trace step.json
+
+For course_lib and for torch eager, one step as a user's loop runs it (gradients set to
+None, forward, backward): the host's time for the step while the GPU is kept busy (so
+the host never waits for it), the GPU's time for the step's kernels, how many kernels
+it launches, and the step's host operations in the order they ran, on each thread
+(autograd runs the backward on a thread of its own), with their host time. A step whose
+host time exceeds its GPU time is host-bound: there, fewer launches and less Python
+speed it up, and faster kernels do not.
+"""
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+from course_lib import causal_softmax, coor_descent, layernorm, references, softmax, weighted_sum
+from course_lib.benchmarking import require_gpu
+
+
+def _masked_softmax(x):
+    return references.causal_softmax(x)
+
+
+# kernel -> (course_lib's function, torch's, the inputs' shapes as function of --shape, and what those are)
+KERNELS = {
+    "weighted_sum": (weighted_sum, lambda x, w: x @ w, lambda shape: [shape, shape[-1:]]),
+    "softmax": (softmax, lambda x: x.softmax(-1), lambda shape: [shape]),
+    "causal_softmax": (causal_softmax, _masked_softmax, lambda shape: [shape]),
+    "layernorm": (layernorm, lambda x, g, b: F.layer_norm(x, x.shape[-1:], g, b),
+                  lambda shape: [shape, shape[-1:], shape[-1:]]),
+    "coor_descent": (lambda s: coor_descent(s, n_iters=20, k=s.shape[-1] / 8, eps=0.03, eps_init=4, eps_decay=0.7),
+                     lambda s: references.coor_descent(s, n_iters=20, k=s.shape[-1] / 8, eps=0.03, eps_init=4,
+                                                       eps_decay=0.7),
+                     lambda shape: [shape]),
+}
+DEFAULT_SHAPES = {"weighted_sum": (65536, 1024), "softmax": (512, 4096), "causal_softmax": (64, 1024, 1024),
+                  "layernorm": (16384, 1024), "coor_descent": (1024, 4096)}
+
+
+def make_step(fn, inputs):
+    grad_y = torch.randn_like(fn(*inputs))
+
+    def step():
+        for t in inputs:
+            t.grad = None
+        fn(*inputs).backward(grad_y)
+
+    return step
+
+
+def host_us(step, runs=100):
+    """Median host time of a step in microseconds, with the GPU kept busy meanwhile, so
+    that the host never waits for it."""
+    for _ in range(5):
+        step()
+    torch.cuda.synchronize()
+    times = []
+    torch.cuda._sleep(4_000_000_000)
+    for _ in range(runs):
+        started = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - started) * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(times)
+
+
+def profile(step, steps=5):
+    """(GPU microseconds a step, kernels a step, the host events of the last step)."""
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=activities) as prof:
+        for _ in range(steps):
+            with torch.profiler.record_function("step"):
+                step()
+        torch.cuda.synchronize()
+    events = prof.events()
+    gpu = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    gpu_us = sum(e.device_time for e in gpu) / steps
+    last = max((e for e in events if e.name == "step"), key=lambda e: e.time_range.start)
+    host = [e for e in events if e.device_type == torch.autograd.DeviceType.CPU
+            and e.time_range.start >= last.time_range.start and e.name != "step"]
+    return gpu_us, len(gpu) / steps, sorted(host, key=lambda e: e.time_range.start), prof
+
+
+def timeline(host_events, top_level_only=True):
+    """Lines 'thread  start  duration  name' of the host events of one step, in µs."""
+    if not host_events:
+        return []
+    origin = host_events[0].time_range.start
+    shown = host_events
+    if top_level_only:  # events not inside another event of the same thread
+        shown, ends = [], {}
+        for e in host_events:
+            if e.time_range.start >= ends.get(e.thread, -1):
+                shown.append(e)
+                ends[e.thread] = e.time_range.end
+    return [f"  thread {e.thread % 10000:>5} {e.time_range.start - origin:9.1f} {e.time_range.elapsed_us():8.1f}  {e.name}"
+            for e in shown]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kernel", default="layernorm", choices=list(KERNELS))
+    parser.add_argument("--shape", help="comma-separated, default per kernel")
+    parser.add_argument("--dtype", default="bfloat16", choices=["float32", "float16", "bfloat16"])
+    parser.add_argument("--trace", help="write the course_lib step's Chrome trace here")
+    arguments = parser.parse_args()
+    require_gpu("profiling")
+    ours, theirs, input_shapes = KERNELS[arguments.kernel]
+    shape = tuple(int(n) for n in arguments.shape.split(",")) if arguments.shape else DEFAULT_SHAPES[arguments.kernel]
+    dtype = torch.float32 if arguments.kernel == "coor_descent" else getattr(torch, arguments.dtype)
+    inputs = [torch.randn(s, device="cuda", dtype=dtype, requires_grad=True) for s in input_shapes(shape)]
+    print(f"{arguments.kernel} {str(dtype).replace('torch.', '')} {list(shape)}: one training step")
+    for impl, fn in (("course_lib", ours), ("torch", theirs)):
+        step = make_step(fn, inputs)
+        gpu_us, kernels, host_events, prof = profile(step)
+        print(f"\n{impl}: host {host_us(step):.1f} us a step, GPU {gpu_us:.1f} us in {kernels:.0f} kernels")
+        print("  host timeline of one step (thread, start us, duration us, operation):")
+        print("\n".join(timeline(host_events)))
+        if impl == "course_lib" and arguments.trace:
+            prof.export_chrome_trace(arguments.trace)
+
+
+if __name__ == "__main__":
+    main()
