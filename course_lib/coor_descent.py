@@ -535,7 +535,7 @@ def coor_descent_forward(s2d, mask2d, logk, schedule, plan=None):
     logk_tensor, logk_value, per_row = _logk_args(logk)
     mask_strides = mask2d.stride() if mask2d is not None else (0, 0)
 
-    def launch(row_programs, first_step, last_step):
+    def launch_steps(row_programs, first_step, last_step):
         launch(coor_descent_forward_kernel, (row_programs, plan.tiles),
             s2d, mask2d, logk_tensor, schedule, a, row_max, y, slots,
             n_rows, n_cols, n_iters, logk_value, first_step, last_step,
@@ -547,10 +547,10 @@ def coor_descent_forward(s2d, mask2d, logk, schedule, plan=None):
     n_steps = n_iters + 2
     with on_device_of(s2d):
         if plan.single_launch or not split:
-            launch(plan.row_programs, 0, n_steps)
+            launch_steps(plan.row_programs, 0, n_steps)
         else:
             for step in range(n_steps):
-                launch(n_rows, step, step + 1)
+                launch_steps(n_rows, step, step + 1)
     return y, a, row_max
 
 

@@ -16,6 +16,7 @@ python3 -c "from course_lib import runtime; print(runtime.describe()); assert ru
 step() { echo "== $1"; shift; "$@"; }
 step "unit tests" python3 -m pytest tests -q -p no:cacheprovider -m "not notebook_exec" 2>&1 | tee "$logs/unit.log"
 step "benchmarks" python3 -m benchmarks 2>&1 | tee "$logs/benchmarks.log"
+step "profile of one training step" python3 -m benchmarks.profile_step 2>&1 | tee "$logs/profile_step.log"
 step "execute notebooks" python3 -m course_lib.instructor execute notebooks/*.ipynb 2>&1 | tee "$logs/execute.log"
 step "nbval" python3 -m pytest notebooks/*.ipynb -q -p no:cacheprovider --nbval --nbval-current-env \
   --nbval-sanitize-with nbval_sanitize.cfg 2>&1 | tee "$logs/nbval.log"

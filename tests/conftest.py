@@ -1,5 +1,6 @@
 import math
 import os
+import zlib
 
 import pytest
 import torch
@@ -16,13 +17,21 @@ TOLERANCES = {
 DTYPES = list(TOLERANCES)
 
 
+# COURSE_LIB_SEED=<int> replays a run (a failing test prints its seed); COURSE_LIB_SEED=fresh
+# draws new seeds. By default every run uses the same seeds.
+SEED_SETTING = os.environ.get("COURSE_LIB_SEED", "0")
+
+
 @pytest.fixture(autouse=True)
-def fresh_seed():
-    """A new random seed for every test, printed so a failure can be replayed."""
-    seed = int.from_bytes(os.urandom(4), "little")
-    torch.manual_seed(seed)
-    print(f"torch seed {seed}")
-    return seed
+def seed(request):
+    """Every test's own seed: the run's base seed (COURSE_LIB_SEED, 0 by default, or
+    ``fresh``) mixed with the test's name, so tests do not share their random inputs.
+    Printed, so that a failure says how to replay it."""
+    base = int.from_bytes(os.urandom(4), "little") if SEED_SETTING == "fresh" else int(SEED_SETTING)
+    test_seed = (base + zlib.crc32(request.node.nodeid.encode())) % 2**32
+    torch.manual_seed(test_seed)
+    print(f"torch seed {test_seed}; replay with COURSE_LIB_SEED={base} pytest '{request.node.nodeid}'")
+    return test_seed
 
 
 def assert_matches(got, expected, dtype, length=1, what="output", scale=1.0):
