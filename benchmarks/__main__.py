@@ -2,11 +2,19 @@
 
     python -m benchmarks                          # every kernel, writes the results file
     python -m benchmarks --only softmax,layernorm # some kernels; printed, written only with --out
+    python -m benchmarks --merge a.json b.json    # results of several runs (--only ... --out) into one file
+
+A GPU host that allows a few minutes a command runs the kernels in parts and merges them;
+each row keeps the copy bandwidth of its own run.
 """
 
 import argparse
+import json
+import statistics
+from pathlib import Path
 
-from course_lib.benchmarking import add_copy_ceilings, copy_bandwidth_gbps, require_gpu, write_results
+from course_lib.benchmarking import (RESULTS_DIR, add_copy_ceilings, copy_bandwidth_gbps, gpu_slug, require_gpu,
+                                    write_results)
 
 from . import bench_coor_descent, bench_layernorm, bench_softmax, bench_weighted_sum
 
@@ -42,11 +50,29 @@ def print_rows(rows):
               f"(a copy of as many bytes {r['copy_same_bytes_frac']:.2f} C) {others}{memory}", flush=True)
 
 
+def merge(paths, out=None):
+    """One results file from the files of several runs on one GPU; each row records its
+    run's copy bandwidth, and the file the median of them."""
+    documents = [json.loads(Path(path).read_text()) for path in paths]
+    gpus = {(d["gpu"], d["torch"], d["triton"]) for d in documents}
+    if len(gpus) != 1:
+        raise SystemExit(f"--merge needs results of one GPU and one torch and triton, got {sorted(gpus)}")
+    rows = [dict(row, copy_gbps=d["copy_gbps"]) for d in documents for row in d["rows"]]
+    merged = dict(documents[0], copy_gbps=statistics.median(d["copy_gbps"] for d in documents), rows=rows)
+    path = Path(out) if out else RESULTS_DIR / f"{gpu_slug(merged['gpu'])}.json"
+    path.write_text(json.dumps(merged, indent=1) + "\n")
+    return path
+
+
 def main():
     parser = argparse.ArgumentParser(description="Benchmark course_lib against torch and torch.compile.")
     parser.add_argument("--only", help=f"comma-separated subset of {','.join(MODULES)}")
     parser.add_argument("--out", help="results file (default: benchmarks/results/<gpu>.json when all run)")
+    parser.add_argument("--merge", nargs="+", metavar="RESULTS", help="merge these results files instead of running")
     arguments = parser.parse_args()
+    if arguments.merge:
+        print("wrote", merge(arguments.merge, arguments.out))
+        return
     require_gpu("the benchmarks")
     names = arguments.only.split(",") if arguments.only else list(MODULES)
     copy_gbps = copy_bandwidth_gbps()

@@ -107,3 +107,25 @@ def test_step_rows_get_their_own_table_and_the_cuda_graph_target(tmp_path):
     assert "| 2.000 | 3.000 | 2.500 | 1.000 | 0.8000 | 2.000 | 1.50× | 1.25× | 0.80× |" in table_row
     assert table_row.endswith("≥ 1 × torch.compile, both in CUDA graphs: 0.8 [0.8] |")
     assert "| step |" not in page.split("## Test GPU")[1].split("Training steps")[0]  # not in the kernels' table
+
+
+def test_merge_keeps_each_runs_copy_bandwidth(tmp_path):
+    from benchmarks.__main__ import merge
+
+    def document(copy_gbps, kernel, gpu="NVIDIA H200"):
+        return {"gpu": gpu, "torch": "2.11", "triton": "3.6.0", "copy_gbps": copy_gbps,
+                "rows": [result(kernel, "fwd", "course_lib", (4, 8), ms=1.0, gpu_ms=1.0)]}
+
+    paths = []
+    for name, doc in [("a", document(4000.0, "softmax")), ("b", document(4200.0, "layernorm")),
+                      ("c", document(4100.0, "coor_descent"))]:
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(doc))
+    merged = json.loads(merge(paths, tmp_path / "merged.json").read_text())
+    assert [(r["kernel"], r["copy_gbps"]) for r in merged["rows"]] == [
+        ("softmax", 4000.0), ("layernorm", 4200.0), ("coor_descent", 4100.0)]
+    assert merged["copy_gbps"] == 4100.0 and merged["gpu"] == "NVIDIA H200"
+
+    paths[1].write_text(json.dumps(document(4200.0, "layernorm", gpu="NVIDIA H100")))
+    with pytest.raises(SystemExit, match="one GPU"):
+        merge(paths, tmp_path / "merged.json")
