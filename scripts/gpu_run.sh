@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # On a GPU host, without network: the unit tests, the benchmarks, the notebooks
 # re-executed in place (their stored outputs then come from this GPU), then nbval on them.
-#   bash scripts/gpu_run.sh [WHEELS]   (default .whl, made by scripts/gpu_wheels.sh)
+#   bash scripts/gpu_run.sh [WHEELS] [STEP...]   (WHEELS default .whl, made by scripts/gpu_wheels.sh)
+# STEPs, in this order by default: unit benchmarks profile execute nbval. A host that
+# limits the minutes of one command runs them a few at a time; "benchmarks" writes one
+# results file per kernel under the logs folder and merges them into benchmarks/results/.
 # Logs go to $GPU_RUN_LOGS (default gpu-run-logs/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 wheels=${1:-.whl}
+shift || true
+steps=${*:-unit benchmarks profile execute nbval}
 logs=${GPU_RUN_LOGS:-gpu-run-logs}
 mkdir -p "$logs"
 site=$(mktemp -d)
@@ -13,10 +18,20 @@ python3 -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir 
 export PYTHONPATH="$PWD:$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 python3 -c "from course_lib import runtime; print(runtime.describe()); assert runtime.ON_GPU, 'no GPU Triton can use'"
 
-step() { echo "== $1"; shift; "$@"; }
-step "unit tests" python3 -m pytest tests -q -p no:cacheprovider -m "not notebook_exec" 2>&1 | tee "$logs/unit.log"
-step "benchmarks" python3 -m benchmarks 2>&1 | tee "$logs/benchmarks.log"
-step "profile of one training step" python3 -m benchmarks.profile_step 2>&1 | tee "$logs/profile_step.log"
-step "execute notebooks" python3 -m course_lib.instructor execute notebooks/*.ipynb 2>&1 | tee "$logs/execute.log"
-step "nbval" python3 -m pytest notebooks/*.ipynb -q -p no:cacheprovider --nbval --nbval-current-env \
-  --nbval-sanitize-with nbval_sanitize.cfg 2>&1 | tee "$logs/nbval.log"
+run_step() {
+  echo "== $1"
+  case $1 in
+    unit) python3 -m pytest tests -q -p no:cacheprovider -m "not notebook_exec" 2>&1 | tee "$logs/unit.log" ;;
+    benchmarks)
+      for kernel in weighted_sum softmax layernorm coor_descent; do
+        python3 -m benchmarks --only "$kernel" --out "$logs/bench_$kernel.json" 2>&1 | tee "$logs/bench_$kernel.log"
+      done
+      python3 -m benchmarks --merge "$logs"/bench_*.json ;;
+    profile) python3 -m benchmarks.profile_step 2>&1 | tee "$logs/profile_step.log" ;;
+    execute) python3 -m course_lib.instructor execute notebooks/*.ipynb 2>&1 | tee "$logs/execute.log" ;;
+    nbval) python3 -m pytest notebooks/*.ipynb -q -p no:cacheprovider --nbval --nbval-current-env \
+             --nbval-sanitize-with nbval_sanitize.cfg 2>&1 | tee "$logs/nbval.log" ;;
+    *) echo "unknown step $1: expected unit, benchmarks, profile, execute or nbval" >&2; exit 2 ;;
+  esac
+}
+for step in $steps; do run_step "$step"; done
