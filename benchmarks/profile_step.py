@@ -3,7 +3,8 @@
     python -m benchmarks.profile_step                      # LayerNorm bfloat16 16384 x 1024
     python -m benchmarks.profile_step --kernel softmax --shape 64,1024,1024 --trace step.json
 
-For course_lib and for torch eager, one step as a user's loop runs it (gradients set to
+For course_lib (and for course_lib again with every launch through kernel[grid], which
+shows what ``runtime.launch`` saves) and for torch eager, one step as a user's loop runs it (gradients set to
 None, forward, backward): the host's time for the step while the GPU is kept busy (so
 the host never waits for it), the GPU's time for the step's kernels, how many kernels
 it launches, and the step's host operations in the order they ran, on each thread
@@ -13,13 +14,14 @@ speed it up, and faster kernels do not.
 """
 
 import argparse
+import contextlib
 import statistics
 import time
 
 import torch
 import torch.nn.functional as F
 
-from course_lib import causal_softmax, coor_descent, layernorm, references, softmax, weighted_sum
+from course_lib import causal_softmax, coor_descent, layernorm, references, runtime, softmax, weighted_sum
 from course_lib.benchmarking import require_gpu
 
 
@@ -41,6 +43,9 @@ KERNELS = {
 }
 DEFAULT_SHAPES = {"weighted_sum": (65536, 1024), "softmax": (512, 4096), "causal_softmax": (64, 1024, 1024),
                   "layernorm": (16384, 1024), "coor_descent": (1024, 4096)}
+
+
+ROUNDS = 5
 
 
 def make_step(fn, inputs):
@@ -119,10 +124,24 @@ def main():
     dtype = torch.float32 if arguments.kernel == "coor_descent" else getattr(torch, arguments.dtype)
     inputs = [torch.randn(s, device="cuda", dtype=dtype, requires_grad=True) for s in input_shapes(shape)]
     print(f"{arguments.kernel} {str(dtype).replace('torch.', '')} {list(shape)}: one training step")
-    for impl, fn in (("course_lib", ours), ("torch", theirs)):
-        step = make_step(fn, inputs)
-        gpu_us, kernels, host_events, prof = profile(step)
-        print(f"\n{impl}: host {host_us(step):.1f} us a step, GPU {gpu_us:.1f} us in {kernels:.0f} kernels")
+    impls = {  # name -> (function, the context it runs in)
+        "course_lib": (ours, contextlib.nullcontext),
+        "course_lib, launched through kernel[grid]": (ours, runtime.kernel_grid_launches),
+        "torch": (theirs, contextlib.nullcontext),
+    }
+    steps = {impl: make_step(fn, inputs) for impl, (fn, _) in impls.items()}
+    # The host's speed drifts over seconds: rounds that take each in turn compare them fairly.
+    host_times = {impl: [] for impl in impls}
+    for _ in range(ROUNDS):
+        for impl, (_, context) in impls.items():
+            with context():
+                host_times[impl].append(host_us(steps[impl]))
+    for impl, (_, context) in impls.items():
+        with context():
+            gpu_us, kernels, host_events, prof = profile(steps[impl])
+        print(f"\n{impl}: host {statistics.median(host_times[impl]):.1f} us a step (median of {ROUNDS} rounds, "
+              f"from {min(host_times[impl]):.1f} to {max(host_times[impl]):.1f}), GPU {gpu_us:.1f} us "
+              f"in {kernels:.0f} kernels")
         print("  host timeline of one step (thread, start us, duration us, operation):")
         print("\n".join(timeline(host_events)))
         if impl == "course_lib" and arguments.trace:

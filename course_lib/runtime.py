@@ -8,6 +8,7 @@ runs, so this module must be imported before any kernel module: ``course_lib``'s
 ``__init__`` does that, and notebooks import ``course_lib`` before defining kernels.
 """
 
+import contextlib
 import functools
 import math
 import os
@@ -170,6 +171,18 @@ def launch(kernel, grid, *args, num_warps=4, num_stages=None, maxnreg=None, **co
     compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, stream,
                  compiled.function, compiled.packed_metadata, compiled.launch_metadata(grid, stream, *args, *values),
                  hooks.launch_enter_hook, hooks.launch_exit_hook, *args, *values)
+
+
+@contextlib.contextmanager
+def kernel_grid_launches():
+    """Inside this block every launch goes through kernel[grid], as if ``launch`` did not
+    keep compiled kernels: what it saves can be measured in the same run."""
+    global _direct_launch
+    saved, _direct_launch = _direct_launch, False
+    try:
+        yield
+    finally:
+        _direct_launch = saved
 
 
 def pick(*, gpu, cpu):

@@ -120,3 +120,18 @@ def test_launch_gives_what_kernel_grid_gives(offset):
             runtime.launch(_scaled_copy_kernel, (runtime.cdiv(1000, 128),), src, dst, 1000, 0.5, BLOCK=128,
                            num_warps=2, **constexprs)
             torch.testing.assert_close(dst, expected)
+
+
+def test_kernel_grid_launches_gives_the_same_and_restores_direct_launches():
+    src = torch.randn(300, device=runtime.DEVICE)
+    direct = runtime._direct_launch
+    with runtime.kernel_grid_launches():
+        assert runtime._direct_launch is False
+        dst = torch.empty_like(src)
+        runtime.launch(_scaled_copy_kernel, (runtime.cdiv(300, 128),), src, dst, 300, 2.0, BLOCK=128)
+        torch.testing.assert_close(dst, src * 2.0)
+    assert runtime._direct_launch is direct
+    with pytest.raises(RuntimeError, match="inside"):
+        with runtime.kernel_grid_launches():
+            raise RuntimeError("a failure inside the block")
+    assert runtime._direct_launch is direct
