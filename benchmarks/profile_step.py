@@ -22,7 +22,8 @@ import torch
 import torch.nn.functional as F
 
 from course_lib import causal_softmax, coor_descent, layernorm, references, runtime, softmax, weighted_sum
-from course_lib.benchmarking import require_gpu
+from course_lib.benchmarking import require_gpu, training_step
+from course_lib.notebook import host_and_gpu_events
 
 
 def _masked_softmax(x):
@@ -48,17 +49,6 @@ DEFAULT_SHAPES = {"weighted_sum": (65536, 1024), "softmax": (512, 4096), "causal
 ROUNDS = 5
 
 
-def make_step(fn, inputs):
-    grad_y = torch.randn_like(fn(*inputs))
-
-    def step():
-        for t in inputs:
-            t.grad = None
-        fn(*inputs).backward(grad_y)
-
-    return step
-
-
 def host_us(step, runs=100):
     """Median host time of a step in microseconds, with the GPU kept busy meanwhile, so
     that the host never waits for it."""
@@ -76,7 +66,8 @@ def host_us(step, runs=100):
 
 
 def profile(step, steps=5):
-    """(GPU microseconds a step, kernels a step, the host events of the last step)."""
+    """(GPU microseconds a step, kernels a step, the host events of the last step as
+    notebook.host_and_gpu_events gives them, the profile)."""
     activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     for _ in range(3):
         step()
@@ -86,29 +77,15 @@ def profile(step, steps=5):
             with torch.profiler.record_function("step"):
                 step()
         torch.cuda.synchronize()
-    events = prof.events()
-    gpu = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    gpu = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     gpu_us = sum(e.device_time for e in gpu) / steps
-    last = max((e for e in events if e.name == "step"), key=lambda e: e.time_range.start)
-    host = [e for e in events if e.device_type == torch.autograd.DeviceType.CPU
-            and e.time_range.start >= last.time_range.start and e.name != "step"]
-    return gpu_us, len(gpu) / steps, sorted(host, key=lambda e: e.time_range.start), prof
+    host = [event for event in host_and_gpu_events(prof) if event[0] != "GPU"]
+    return gpu_us, len(gpu) / steps, host, prof
 
 
-def timeline(host_events, top_level_only=True):
+def timeline(host_events):
     """Lines 'thread  start  duration  name' of the host events of one step, in µs."""
-    if not host_events:
-        return []
-    origin = host_events[0].time_range.start
-    shown = host_events
-    if top_level_only:  # events not inside another event of the same thread
-        shown, ends = [], {}
-        for e in host_events:
-            if e.time_range.start >= ends.get(e.thread, -1):
-                shown.append(e)
-                ends[e.thread] = e.time_range.end
-    return [f"  thread {e.thread % 10000:>5} {e.time_range.start - origin:9.1f} {e.time_range.elapsed_us():8.1f}  {e.name}"
-            for e in shown]
+    return [f"  {row:>13} {start:9.1f} {duration:8.1f}  {name}" for row, name, start, duration in host_events]
 
 
 def main():
@@ -129,7 +106,7 @@ def main():
         "course_lib, launched through kernel[grid]": (ours, runtime.kernel_grid_launches),
         "torch": (theirs, contextlib.nullcontext),
     }
-    steps = {impl: make_step(fn, inputs) for impl, (fn, _) in impls.items()}
+    steps = {impl: training_step(fn, *inputs) for impl, (fn, _) in impls.items()}
     # The host's speed drifts over seconds: rounds that take each in turn compare them fairly.
     host_times = {impl: [] for impl in impls}
     for _ in range(ROUNDS):
@@ -142,7 +119,7 @@ def main():
         print(f"\n{impl}: host {statistics.median(host_times[impl]):.1f} us a step (median of {ROUNDS} rounds, "
               f"from {min(host_times[impl]):.1f} to {max(host_times[impl]):.1f}), GPU {gpu_us:.1f} us "
               f"in {kernels:.0f} kernels")
-        print("  host timeline of one step (thread, start us, duration us, operation):")
+        print("  host timeline of one step (thread, start us, duration us, operation; top-level operations):")
         print("\n".join(timeline(host_events)))
         if impl == "course_lib" and arguments.trace:
             prof.export_chrome_trace(arguments.trace)

@@ -124,9 +124,9 @@ STEP_IMPLS = [
 ]
 
 
-def step_timings(fn, *inputs):
-    """Timings of one training step as a user's loop runs it: the inputs' gradients set
-    to None, ``fn(*inputs)``, and its backward with a fixed random output gradient."""
+def training_step(fn, *inputs):
+    """One training step as a user's loop runs it: the inputs' gradients set to None,
+    ``fn(*inputs)``, and its backward with a fixed random output gradient."""
     leaves = [t for t in inputs if t.requires_grad]
     grad_y = torch.randn_like(fn(*inputs))
 
@@ -135,6 +135,12 @@ def step_timings(fn, *inputs):
             t.grad = None
         fn(*inputs).backward(grad_y)
 
+    return step
+
+
+def step_timings(fn, *inputs):
+    """Timings of ``training_step(fn, *inputs)``."""
+    step = training_step(fn, *inputs)
     return Timings(median_ms(step), gpu_only_ms(step))
 
 

@@ -20,6 +20,24 @@ def test_row_counts_bandwidth_and_fraction_of_copy():
     assert r["bytes"] == 6_000_000_000
 
 
+def test_training_step_clears_the_gradients_and_runs_the_backward():
+    x = torch.randn(5, 3, requires_grad=True)
+    w = torch.randn(3, requires_grad=True)
+    frozen = torch.randn(3)
+    step = benchmarking.training_step(lambda x, w, frozen: x @ (w + frozen), x, w, frozen)
+    step()
+    first = (x.grad.clone(), w.grad.clone())
+    step()  # the gradients are set to None first: they do not add up over steps
+    torch.testing.assert_close((x.grad, w.grad), first)
+    # Both gradients come from one output gradient g: grad_x = g v^T and grad_w = x^T g, v = w + frozen.
+    v = (w + frozen).detach()
+    column = v.abs().argmax()  # divide by the largest entry of v, never by one near zero
+    g = x.grad[:, column] / v[column]
+    torch.testing.assert_close(x.grad, g[:, None] * v[None, :], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(w.grad, x.detach().T @ g, rtol=1e-4, atol=1e-4)
+    assert frozen.grad is None
+
+
 def test_gpu_slug():
     assert benchmarking.gpu_slug("NVIDIA H200") == "nvidia-h200"
     assert benchmarking.gpu_slug("NVIDIA A100-SXM4-80GB") == "nvidia-a100-sxm4-80gb"
