@@ -5,6 +5,10 @@ torch.compile(mode="reduce-overhead")).
 Bytes counted: forward reads x and writes y (2·M·N·es); the backward reads x and dy and
 writes dx (3·M·N·es); the step both (5·M·N·es) — gamma, beta, their gradients and the
 row statistics are small.
+
+Beside float32 and bfloat16, the mixed-precision case: bfloat16 x with float32 weight and
+bias, as an autocast model feeds its LayerNorm; its rows' dtype reads "bfloat16 (float32
+params)".
 """
 
 import torch
@@ -17,26 +21,34 @@ SHAPES = [(16384, 1024), (8192, 4096), (4096, 8192), (2048, 32768), (512, 2**17)
 # The training step, eager and compiled, at a host-bound shape and a GPU-bound one.
 STEP_SHAPES = [(16384, 1024), (4096, 8192)]
 DTYPES = [torch.float32, torch.bfloat16]
+MIXED = (torch.bfloat16, torch.float32)  # x's dtype, the parameters'
 
 
 def torch_layernorm(x, weight, bias):
     return F.layer_norm(x, (x.shape[-1],), weight, bias)
 
 
-def run(copy_gbps, shapes=SHAPES, dtypes=DTYPES):
+def _label(dtype, param_dtype):
+    name = str(dtype).replace("torch.", "")
+    return name if param_dtype == dtype else f"{name} ({str(param_dtype).replace('torch.', '')} params)"
+
+
+def run(copy_gbps, shapes=SHAPES, dtypes=DTYPES, mixed=True):
     rows = []
-    for dtype in dtypes:
+    cases = [(dtype, dtype) for dtype in dtypes] + ([MIXED] if mixed else [])
+    for dtype, param_dtype in cases:
+        label = _label(dtype, param_dtype)
         for shape in shapes:
             x = torch.randn(shape, device="cuda", dtype=dtype, requires_grad=True)
-            weight = torch.randn(shape[-1], device="cuda", dtype=dtype, requires_grad=True)
-            bias = torch.randn(shape[-1], device="cuda", dtype=dtype, requires_grad=True)
+            weight = torch.randn(shape[-1], device="cuda", dtype=param_dtype, requires_grad=True)
+            bias = torch.randn(shape[-1], device="cuda", dtype=param_dtype, requires_grad=True)
             n_bytes = x.numel() * x.element_size()
             impls = {"course_lib": layernorm, "torch": torch_layernorm, "torch.compile": fresh_compile(torch_layernorm)}
             for impl, fn in impls.items():
                 fwd, bwd = forward_backward_ms(fn, x, weight, bias)
-                rows.append(row("layernorm", "fwd", impl, dtype, shape, fwd, 2 * n_bytes, copy_gbps))
-                rows.append(row("layernorm", "bwd", impl, dtype, shape, bwd, 3 * n_bytes, copy_gbps))
+                rows.append(row("layernorm", "fwd", impl, label, shape, fwd, 2 * n_bytes, copy_gbps))
+                rows.append(row("layernorm", "bwd", impl, label, shape, bwd, 3 * n_bytes, copy_gbps))
             if shape in STEP_SHAPES:
-                rows += step_rows("layernorm", dtype, shape, layernorm, torch_layernorm, (x, weight, bias),
+                rows += step_rows("layernorm", label, shape, layernorm, torch_layernorm, (x, weight, bias),
                                   5 * n_bytes, copy_gbps)
     return rows

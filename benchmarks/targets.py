@@ -120,7 +120,8 @@ def _within(target, value):
 
 
 def _element_size(dtype):
-    return {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}[dtype]
+    """Of the input: a row's dtype names it first ("bfloat16 (float32 params)")."""
+    return {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}[dtype.split()[0]]
 
 
 def _measure(measure, ours, eager, compiled, graphs, compiled_graphs, time_key, fraction_key):

@@ -86,7 +86,7 @@ import triton
 import triton.language as tl
 
 from .runtime import ON_GPU, cdiv, launch, multiprocessor_count, next_power_of_2, slots_block
-from .validation import check_index_range, check_tensor, on_device_of, wants_gradient
+from .validation import check_index_range, check_tensor, first_order_only, on_device_of, wants_gradient
 
 LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
 NO_SCORE = tl.constexpr(float("-inf"))  # masked columns and columns past the row's end
@@ -618,6 +618,7 @@ class CoorDescentFunction(torch.autograd.Function):
         return y
 
     @staticmethod
+    @first_order_only("coor_descent")
     def backward(ctx, dy):
         s, mask, logk_tensor, schedule, a, row_max = ctx.saved_tensors
         s2d, mask2d = _as_rows(s, mask)
@@ -793,6 +794,6 @@ def coor_descent(s, *, n_iters, k, eps=0.1, eps_init=None, eps_decay=1.0, mask=N
             return coor_descent_op(s, mask, logk, 0.0, k.detach(), *settings)[0]
         return coor_descent_op(s, mask, None, logk, None, *settings)[0]
     schedule = eps_schedule(*settings, s.device)
-    if wants_gradient(s, logk):
+    if wants_gradient(op, s=s, k=logk):
         return CoorDescentFunction.apply(s, logk, mask, schedule)
     return _forward(s, logk, mask, schedule)[0]  # no gradient wanted: skip autograd's bookkeeping

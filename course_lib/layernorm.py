@@ -27,12 +27,15 @@ The seed left out both the ``1 / m`` and this term. Like the seed, the row is di
 whatever its maximum: a row whose maximum is 0 becomes NaN, and a negative maximum
 flips the row's sign, and with it the sign of ``xhat``.
 
-Every division in the kernels is ``tl.div_rn``, rounded correctly as on a CPU: on a GPU
-Triton compiles float32 ``/`` to an approximate division (``div.full.f32``, up to 2 ulp
-off). So ``z = x / m`` is exactly 1 wherever ``x`` is the maximum, and the same in the
-forward and the backward. A row of width 1, and with ``stable=True`` any constant row
-up to FORWARD_MAX_BLOCK wide, then centres to exactly 0; an ulp left there would be
-multiplied by ``rstd = 1 / sqrt(eps)``, 316 for the default eps.
+Constant rows. The forward takes each row's mean relative to the row's first value:
+the mean of ``z - z[0]``, plus ``z[0]``. A constant row, of any width and magnitude,
+then has a mean of exactly its value and centres to exactly 0, so y is exactly beta;
+an ulp left there would be multiplied by ``rstd = 1 / sqrt(eps)``, 316 for the default
+eps (summed directly, 257 values of 1e6 + 0.5 have a float32 mean one ulp off, and y
+came out +-1). Every division in the kernels is ``tl.div_rn``, rounded correctly as on
+a CPU: on a GPU Triton compiles float32 ``/`` to an approximate division
+(``div.full.f32``, up to 2 ulp off). So with ``stable=True`` ``z = x / m`` is exactly 1
+wherever ``x`` is the maximum, and the same in the forward and the backward.
 """
 
 import functools
@@ -48,8 +51,9 @@ from .runtime import ON_GPU, cdiv, launch, max_shared_memory, multiprocessor_cou
 from .validation import (
     INT32_LIMIT,
     check_index_range,
-    check_same_device_and_dtype,
+    check_same_device,
     check_tensor,
+    first_order_only,
     on_device_of,
     wants_gradient,
 )
@@ -68,6 +72,12 @@ def _z(x, row_max, STABLE: tl.constexpr):
 def _xhat(x, mean, rstd, row_max, mask, STABLE: tl.constexpr):
     """xhat = (z - mean) * rstd; 0 outside the mask. Stats are per row."""
     return tl.where(mask, (_z(x, row_max, STABLE) - mean[:, None]) * rstd[:, None], 0.0)
+
+
+@triton.jit
+def _first_values(x_ptr, rows64, row_mask, stride_x_row):
+    """x[rows, 0] in float32: the shift the forward kernels take the mean relative to."""
+    return tl.load(x_ptr + rows64 * stride_x_row, mask=row_mask, other=0.0).to(tl.float32)
 
 
 @triton.jit
@@ -98,10 +108,13 @@ def layernorm_forward_kernel(
     z = _z(x, row_max, STABLE)
 
     # Statistics of z, in two steps over registers: the mean first, then the variance
-    # of z - mean, which cannot cancel the way E[z^2] - E[z]^2 does. A row of one value,
-    # or of z all exactly 1, centres to exactly 0 (module docstring).
+    # of z - mean, which cannot cancel the way E[z^2] - E[z]^2 does. The mean is taken
+    # of z - shift, shift being the row's first value, so a constant row sums to exactly
+    # 0 and centres to exactly 0 (module docstring).
+    shift = _first_values(x_ptr, rows64, row_mask, stride_x_row)
+    shift = tl.div_rn(shift, row_max) if STABLE else shift  # z's first value, as _z gives it
     n_values = n_cols * 1.0  # as a float, for tl.div_rn
-    mean = tl.div_rn(tl.sum(z, axis=1), n_values)
+    mean = shift + tl.div_rn(tl.sum(tl.where(mask, z - shift[:, None], 0.0), axis=1), n_values)
     centred = tl.where(mask, z - mean[:, None], 0.0)
     var = tl.div_rn(tl.sum(centred * centred, axis=1), n_values)
     rstd = tl.rsqrt(var + eps)
@@ -138,6 +151,9 @@ def layernorm_forward_looped_kernel(
 
     # Pass 1. Each tile's own mean and sum of squared deviations, merged into the
     # running ones (Chan et al.): as safe from cancellation as the two-step version.
+    # They are those of x - shift, the row's first value, so that a constant row has
+    # a mean of exactly shift (module docstring).
+    shift = _first_values(x_ptr, rows64, row_mask, stride_x_row)
     mean = tl.zeros((BLOCK_ROWS,), dtype=tl.float32)
     sum_sq_dev = tl.zeros((BLOCK_ROWS,), dtype=tl.float32)
     row_max = tl.full((BLOCK_ROWS,), float("-inf"), dtype=tl.float32)
@@ -147,6 +163,7 @@ def layernorm_forward_looped_kernel(
         x = tl.load(x_row_ptrs + cols[None, :].to(tl.int64) * stride_x_col, mask=mask, other=0.0).to(tl.float32)
         if STABLE:
             row_max = tl.maximum(row_max, tl.max(tl.where(mask, x, float("-inf")), axis=1))
+        x = tl.where(mask, x - shift[:, None], 0.0)
         seen = col_start * 1.0  # as a float
         tile_count = tl.minimum(n_cols - col_start, BLOCK_COLS) * 1.0
         tile_weight = tl.div_rn(tile_count, seen + tile_count)
@@ -156,6 +173,7 @@ def layernorm_forward_looped_kernel(
         mean += delta * tile_weight
         sum_sq_dev += tl.sum(deviation * deviation, axis=1) + delta * delta * seen * tile_weight
     var = tl.div_rn(sum_sq_dev, n_cols * 1.0)
+    mean += shift
     if STABLE:
         # Those of z = x / max, known only now. Dividing var twice: max**2 can overflow.
         mean = tl.div_rn(mean, row_max)
@@ -827,9 +845,10 @@ def _backward_split_rows(x2d, gamma, has_beta, grad_y, grad_x, stats, eps, stabl
     return partial
 
 
-def layernorm_backward(grad_y, x, gamma, has_beta, stats, eps, stable, *, config=None):
+def layernorm_backward(grad_y, x, gamma, has_beta, stats, eps, stable, *, param_dtype=None, config=None):
     """Launch the backward; return (grad_x, grad_gamma or None, grad_beta or None).
 
+    ``param_dtype``: the dtype of gamma and beta, and of their gradients (x's if None).
     ``config`` overrides backward_config (a BackwardConfig).
     """
     x2d = _as_rows(x)
@@ -838,8 +857,9 @@ def layernorm_backward(grad_y, x, gamma, has_beta, stats, eps, stable, *, config
     grad_x = torch.empty((n_rows, n_cols), device=x.device, dtype=x.dtype)
     has_gamma = gamma is not None
     partial_width = (int(has_gamma) + int(has_beta)) * n_cols  # dgamma's partial row, then dbeta's
+    param_dtype = param_dtype or x.dtype
     if n_rows == 0:
-        sums = torch.zeros(partial_width, device=x.device, dtype=x.dtype)
+        sums = torch.zeros(partial_width, device=x.device, dtype=param_dtype)
     else:
         config = config or backward_config(n_cols, x.element_size())
         if config.tiles.block_cols >= n_cols:
@@ -851,7 +871,7 @@ def layernorm_backward(grad_y, x, gamma, has_beta, stats, eps, stable, *, config
         vec = width_hint(x2d, grad_y, grad_x)
         with on_device_of(x):
             partial = backward(x2d, gamma, has_beta, grad_y, grad_x, stats, eps, stable, plan, partial_width, vec)
-            sums = sum_partial_rows(partial, x.dtype) if partial_width else None
+            sums = sum_partial_rows(partial, param_dtype) if partial_width else None
     grad_gamma = sums[:n_cols] if has_gamma else None
     grad_beta = sums[partial_width - n_cols:] if has_beta else None
     return grad_x.reshape(x.shape), grad_gamma, grad_beta
@@ -860,19 +880,28 @@ def layernorm_backward(grad_y, x, gamma, has_beta, stats, eps, stable, *, config
 # --------------------------------------------------------------------------- autograd
 
 
+def _param_dtype(x, gamma, beta):
+    """The dtype of gamma and beta (_check_inputs made them agree), x's if neither is given."""
+    param = gamma if gamma is not None else beta
+    return x.dtype if param is None else param.dtype
+
+
 class LayerNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, gamma, beta, eps, stable):
         y, stats = layernorm_forward(x, gamma, beta, eps, stable, save_stats=True)
         ctx.save_for_backward(x, gamma, *stats)
         ctx.has_beta, ctx.eps, ctx.stable = beta is not None, eps, stable
+        ctx.param_dtype = _param_dtype(x, gamma, beta)
         return y
 
     @staticmethod
+    @first_order_only("layernorm")
     def backward(ctx, grad_y):
         x, gamma, mean, rstd, row_max = ctx.saved_tensors
         grad_x, grad_gamma, grad_beta = layernorm_backward(
-            grad_y, x, gamma, ctx.has_beta, RowStats(mean, rstd, row_max), ctx.eps, ctx.stable
+            grad_y, x, gamma, ctx.has_beta, RowStats(mean, rstd, row_max), ctx.eps, ctx.stable,
+            param_dtype=ctx.param_dtype,
         )
         return grad_x, grad_gamma, grad_beta, None, None
 
@@ -906,20 +935,24 @@ def _(x, gamma, beta, eps, stable):
 @torch.library.custom_op("course_lib::layernorm_backward", mutates_args=())
 def layernorm_backward_op(
     grad_y: torch.Tensor, x: torch.Tensor, gamma: Optional[torch.Tensor], has_beta: bool, mean: torch.Tensor,
-    rstd: torch.Tensor, row_max: torch.Tensor, eps: float, stable: bool,
+    rstd: torch.Tensor, row_max: torch.Tensor, eps: float, stable: bool, param_dtype: torch.dtype,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     grad_x, grad_gamma, grad_beta = layernorm_backward(
-        grad_y, x, gamma, has_beta, RowStats(mean, rstd, _present(row_max)), eps, stable
+        grad_y, x, gamma, has_beta, RowStats(mean, rstd, _present(row_max)), eps, stable, param_dtype=param_dtype
     )
     # The two gradients share one buffer; an operator's outputs may not alias.
     grad_beta = grad_beta.clone() if gamma is not None and has_beta else grad_beta
-    return tuple(x.new_empty(0) if grad is None else grad for grad in (grad_x, grad_gamma, grad_beta))
+    def or_empty(grad):
+        return x.new_empty(0, dtype=param_dtype) if grad is None else grad
+    return grad_x, or_empty(grad_gamma), or_empty(grad_beta)
 
 
 @layernorm_backward_op.register_fake
-def _(grad_y, x, gamma, has_beta, mean, rstd, row_max, eps, stable):
+def _(grad_y, x, gamma, has_beta, mean, rstd, row_max, eps, stable, param_dtype):
     n_cols = x.shape[-1]
-    return x.new_empty(x.shape), x.new_empty(n_cols if gamma is not None else 0), x.new_empty(n_cols if has_beta else 0)
+    def param_grad(wanted):
+        return x.new_empty(n_cols if wanted else 0, dtype=param_dtype)
+    return x.new_empty(x.shape), param_grad(gamma is not None), param_grad(has_beta)
 
 
 def _save_for_layernorm_backward(ctx, inputs, output):
@@ -927,12 +960,13 @@ def _save_for_layernorm_backward(ctx, inputs, output):
     _, mean, rstd, row_max = output
     ctx.save_for_backward(x, gamma, mean, rstd, row_max)
     ctx.has_beta, ctx.eps, ctx.stable = beta is not None, eps, stable
+    ctx.param_dtype = _param_dtype(x, gamma, beta)
 
 
 def _layernorm_op_backward(ctx, grad_y, *_grad_stats):
     x, gamma, mean, rstd, row_max = ctx.saved_tensors
     grad_x, grad_gamma, grad_beta = layernorm_backward_op(
-        grad_y, x, gamma, ctx.has_beta, mean, rstd, row_max, ctx.eps, ctx.stable
+        grad_y, x, gamma, ctx.has_beta, mean, rstd, row_max, ctx.eps, ctx.stable, ctx.param_dtype
     )
     return grad_x, _present(grad_gamma), _present(grad_beta), None, None
 
@@ -943,19 +977,27 @@ layernorm_op.register_autograd(_layernorm_op_backward, setup_context=_save_for_l
 # ------------------------------------------------------------------------------ public
 
 
-def _check_inputs(op, x, gamma, beta, eps):
+def _check_inputs(op, x, gamma, beta, eps, names=("gamma", "beta")):
+    """``names``: what the caller calls gamma and beta (the module's weight and bias)."""
     check_tensor(op, "x", x)
     n_cols = x.shape[-1]
-    for name, param in (("gamma", gamma), ("beta", beta)):
+    for name, param in zip(names, (gamma, beta)):
         if param is None:
             continue
         check_tensor(op, name, param)
-        check_same_device_and_dtype(op, x=x, **{name: param})
+        check_same_device(op, x=x, **{name: param})
+        if param.dtype not in (x.dtype, torch.float32):
+            raise TypeError(
+                f"{op}: {name} has dtype {param.dtype} but x has {x.dtype}; {name} must have x's dtype, "
+                "or be float32 (mixed precision, as torch.nn.LayerNorm accepts)"
+            )
         if param.shape != (n_cols,):
             raise ValueError(
                 f"{op}: {name} must have shape (N,) with N = x.shape[-1] = {n_cols}; "
                 f"got {name} of shape {tuple(param.shape)} for x of shape {tuple(x.shape)}"
             )
+    if gamma is not None and beta is not None and gamma.dtype != beta.dtype:
+        raise TypeError(f"{op}: {names[0]} has dtype {gamma.dtype} but {names[1]} has {beta.dtype}; they must match")
     if n_cols == 0:
         raise ValueError(f"{op}: the last dimension N of x must be at least 1, got x of shape {tuple(x.shape)}")
     if not isinstance(eps, numbers.Real):
@@ -970,16 +1012,21 @@ def _check_inputs(op, x, gamma, beta, eps):
 def layernorm(x, gamma, beta=None, eps=1e-5, stable=False):
     """LayerNorm over the last dimension with Triton kernels, differentiable in x, gamma, beta.
 
-    x: (..., N) float32, float16 or bfloat16, any strides. gamma, beta: (N,) of x's
-    dtype and device, or None for no scale or no shift. Statistics in float32 (biased
-    variance, as torch); returns x's shape and dtype. ``stable=True`` first divides each
+    x: (..., N) float32, float16 or bfloat16, any strides. gamma, beta: (N,) on x's
+    device, of x's dtype or float32 (mixed precision: their gradients keep their dtype),
+    or None for no scale or no shift. Statistics in float32 (biased variance, as torch);
+    returns x's shape and dtype, also under autocast. ``stable=True`` first divides each
     row by its maximum, as the seed did (a row whose maximum is 0 gives NaN).
     """
-    _check_inputs("layernorm", x, gamma, beta, eps)
+    return _layernorm("layernorm", ("gamma", "beta"), x, gamma, beta, eps, stable)
+
+
+def _layernorm(op, names, x, gamma, beta, eps, stable):
+    _check_inputs(op, x, gamma, beta, eps, names)
     eps, stable = float(eps), bool(stable)
     if torch.compiler.is_compiling():
         return layernorm_op(x, gamma, beta, eps, stable)[0]
-    if wants_gradient(x, gamma, beta):
+    if wants_gradient(op, x=x, **dict(zip(names, (gamma, beta)))):
         return LayerNormFunction.apply(x, gamma, beta, eps, stable)
     y, _ = layernorm_forward(x, gamma, beta, eps, stable, save_stats=False)  # inference saves nothing
     return y
@@ -1025,7 +1072,7 @@ class LayerNorm(nn.Module):
             raise ValueError(
                 f"LayerNorm: expected x of shape (..., {self.normalized_shape[0]}), got {tuple(x.shape)}"
             )
-        return layernorm(x, self.weight, self.bias, self.eps, self.stable)
+        return _layernorm("LayerNorm", ("weight", "bias"), x, self.weight, self.bias, self.eps, self.stable)
 
     def extra_repr(self):
         return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "

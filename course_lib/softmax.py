@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from .runtime import cdiv, launch, multiprocessor_count, next_power_of_2, num_warps_for
-from .validation import INT32_LIMIT, check_index_range, check_tensor, on_device_of, wants_gradient
+from .validation import INT32_LIMIT, check_index_range, check_tensor, first_order_only, on_device_of, wants_gradient
 
 # Causal loads fetch keys up to the diagonal rounded up to this many columns: a load
 # mask that is constant over aligned groups of 16 lets Triton issue 16-byte vector
@@ -439,6 +439,7 @@ class SoftmaxFunction(torch.autograd.Function):
         return y
 
     @staticmethod
+    @first_order_only("softmax")
     def backward(ctx, grad_y):
         (y,) = ctx.saved_tensors
         return softmax_backward(y, grad_y, ctx.causal), None
@@ -510,7 +511,7 @@ def softmax(x, causal=False):
     _check_input(op, x, causal)
     if torch.compiler.is_compiling():
         return softmax_op(x, causal)
-    if wants_gradient(x):
+    if wants_gradient(op, x=x):
         return SoftmaxFunction.apply(x, causal)
     return softmax_forward(x, causal)  # no gradient wanted: skip autograd's bookkeeping
 

@@ -1,8 +1,10 @@
 """Shared by every public function: input checks (clear errors before any launch), and how a call is launched."""
 
 import contextlib
+import functools
 
 import torch
+from torch.autograd import forward_ad
 
 from .runtime import DEVICE, ON_GPU, describe
 
@@ -18,6 +20,22 @@ def check_tensor(op, name, tensor, *, dtypes=FLOAT_DTYPES, min_ndim=1):
     """Check one argument's type, device and dtype; raise saying what is accepted."""
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.layout != torch.strided:
+        raise TypeError(
+            f"{op}: {name} has layout {tensor.layout}; only dense tensors (torch.strided) are accepted, "
+            f"so convert it with {name}.to_dense()"
+        )
+    if tensor.is_quantized:
+        raise TypeError(
+            f"{op}: {name} is quantized ({tensor.dtype}); accepted: {_names(dtypes)} tensors, "
+            f"so convert it with {name}.dequantize()"
+        )
+    if not torch.compiler.is_compiling() and torch._C._functorch.is_functorch_wrapped_tensor(tensor):
+        raise TypeError(
+            f"{op}: {name} is a tensor of a torch.func transform (vmap, grad, jvp, ...), which the "
+            "kernels cannot run on; call it on the whole batch instead (every function takes any "
+            "leading dimensions) and differentiate with torch.autograd"
+        )
     if tensor.device.type != DEVICE.type:
         where = "a CUDA GPU" if ON_GPU else "CPU tensors (Triton's interpreter)"
         raise ValueError(
@@ -32,8 +50,8 @@ def check_tensor(op, name, tensor, *, dtypes=FLOAT_DTYPES, min_ndim=1):
         )
 
 
-def check_same_device_and_dtype(op, **tensors):
-    """All named tensors on one device and of one dtype."""
+def check_same_device(op, **tensors):
+    """All named tensors on one device."""
     (first_name, first), *others = tensors.items()
     for name, tensor in others:
         if tensor.device != first.device:
@@ -41,6 +59,13 @@ def check_same_device_and_dtype(op, **tensors):
                 f"{op}: {name} is on {tensor.device} but {first_name} is on {first.device}; "
                 "put them on the same device"
             )
+
+
+def check_same_device_and_dtype(op, **tensors):
+    """All named tensors on one device and of one dtype."""
+    check_same_device(op, **tensors)
+    (first_name, first), *others = tensors.items()
+    for name, tensor in others:
         if tensor.dtype != first.dtype:
             raise TypeError(
                 f"{op}: {name} has dtype {tensor.dtype} but {first_name} has {first.dtype}; "
@@ -55,12 +80,55 @@ def check_index_range(op, **sizes):
             raise ValueError(f"{op}: {name} = {size} is too large; at most {INT32_LIMIT} is supported")
 
 
-def wants_gradient(*inputs):
+def wants_gradient(op, **inputs):
     """Whether autograd records this call: grad mode is on and a tensor among ``inputs``
     requires a gradient. When it does not, the public functions call their forward
     launchers directly and skip the autograd.Function's bookkeeping, tens of
-    microseconds of host time a call."""
-    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)
+    microseconds of host time a call.
+
+    Forward-mode AD is refused here, before that shortcut could drop a tangent: the
+    kernels compute values and reverse-mode gradients only."""
+    if getattr(forward_ad, "_current_level", 0) >= 0:  # -1 outside every forward_ad.dual_level()
+        for name, tensor in inputs.items():
+            if isinstance(tensor, torch.Tensor) and forward_ad.unpack_dual(tensor).tangent is not None:
+                raise NotImplementedError(
+                    f"{op}: {name} carries a forward-mode tangent (torch.autograd.forward_ad), and "
+                    "course_lib's kernels support reverse-mode gradients only (backward, torch.autograd.grad)"
+                )
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs.values())
+
+
+def first_order_only(op):
+    """Decorate an autograd.Function's backward whose gradients are not themselves
+    differentiable (they come from kernels, not from torch operations).
+
+    With ``create_graph=True`` the gradients it returns are marked so that differentiating
+    them again raises an error naming ``op``, as torch's ``once_differentiable`` does, but
+    also when the incoming gradient is a constant: there once_differentiable returns them
+    detached, and a gradient penalty built on them would silently lose its second-order
+    terms."""
+    message = (
+        f"{op}: second-order gradients are not supported; its backward runs Triton kernels "
+        "that autograd cannot differentiate again (a gradient of a gradient, create_graph=True)"
+    ).encode()
+
+    def decorate(backward):
+        @functools.wraps(backward)
+        def wrapper(ctx, *grad_outputs):
+            with torch.no_grad():
+                grads = backward(ctx, *grad_outputs)
+            if not torch.is_grad_enabled():  # create_graph=False: nothing records the gradients
+                return grads
+            tensors = [g for g in grads if isinstance(g, torch.Tensor)]
+            failing = torch._C._functions.DelayedError(message, len(tensors))(
+                *(g.detach().requires_grad_() for g in tensors)
+            )
+            failing = iter(failing if isinstance(failing, tuple) else (failing,))
+            return tuple(next(failing) if isinstance(g, torch.Tensor) else g for g in grads)
+
+        return wrapper
+
+    return decorate
 
 
 def on_device_of(tensor):

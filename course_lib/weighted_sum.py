@@ -13,6 +13,7 @@ from .validation import (
     check_index_range,
     check_same_device_and_dtype,
     check_tensor,
+    first_order_only,
     on_device_of,
     wants_gradient,
 )
@@ -335,6 +336,7 @@ class WeightedSumFunction(torch.autograd.Function):
         return weighted_sum_forward(x, weight)
 
     @staticmethod
+    @first_order_only("weighted_sum")
     def backward(ctx, grad_y):
         x, weight = ctx.saved_tensors
         grad_x, grad_weight = weighted_sum_backward(x, weight, grad_y)
@@ -389,11 +391,11 @@ def weighted_sum(x, weight):
     """``(x * weight).sum(-1)`` with Triton kernels, differentiable in both arguments.
 
     x: (..., D) float32, float16 or bfloat16, any strides; weight: (D,), same dtype and
-    device. Accumulates in float32; returns x.shape[:-1] in x's dtype.
+    device (``x @ weight`` refuses mixed dtypes too: cast one). Accumulates in float32; returns x.shape[:-1] in x's dtype.
     """
     _check_inputs("weighted_sum", x, weight)
     if torch.compiler.is_compiling():
         return weighted_sum_op(x, weight)
-    if wants_gradient(x, weight):
+    if wants_gradient("weighted_sum", x=x, weight=weight):
         return WeightedSumFunction.apply(x, weight)
     return weighted_sum_forward(x, weight)  # no gradient wanted: skip autograd's bookkeeping

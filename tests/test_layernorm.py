@@ -78,10 +78,10 @@ def check_forward_and_backward(x, gamma, beta, dtype, eps=1e-5, stable=False):
     weighted_grad = grad_y.double() * (gamma64.detach() if gamma is not None else 1.0)
     scale = max(1.0, rstd * weighted_grad.abs().max().item() * through_max)
     assert_matches(x.grad, x64.grad, dtype, what="dx", scale=scale)
-    if gamma is not None:
-        assert_matches(gamma.grad, gamma64.grad, dtype, length=n_rows, what="dgamma")
+    if gamma is not None:  # in the parameters' dtype, which may be float32 for x of 16 bits
+        assert_matches(gamma.grad, gamma64.grad, gamma.dtype, length=n_rows, what="dgamma")
     if beta is not None:
-        assert_matches(beta.grad, beta64.grad, dtype, length=n_rows, what="dbeta")
+        assert_matches(beta.grad, beta64.grad, beta.dtype, length=n_rows, what="dbeta")
 
 
 # Blocks of the split-row backward in tests: on a GPU 16 columns, so rows of 17 and more
@@ -173,21 +173,35 @@ def test_stable_with_negative_maximum_divides_anyway_like_the_seed(dtype, kernel
     check_forward_and_backward(x, *random_params(30, dtype), dtype, eps=0.1, stable=True)
 
 
-@pytest.mark.parametrize("width", [1, 3, 100])
+# Constants a float32 row sum cannot hold exactly (257 x (1e6 + 0.5) needs 9 more bits),
+# and one whose square overflows float32; each rounded to the test's dtype.
+CONSTANTS = {
+    torch.float32: [1e6 + 0.5, -3.25e7, 0.1, 3e30],
+    torch.float16: [1000.5, -3.2e4, 0.1],
+    torch.bfloat16: [1e6 + 0.5, -3.25e7, 0.1, 3e30],
+}
+
+
+@pytest.mark.parametrize("kernels", KERNELS)
+@pytest.mark.parametrize("stable", [False, True], ids=["plain", "stable"])
+@pytest.mark.parametrize("width", [1, 3, 257])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_stable_centres_constant_rows_to_exactly_zero(dtype, width):
-    # z = x / max(x) is exactly 1 throughout a constant row (a row of width 1 is one),
-    # so y is exactly beta and dgamma exactly 0: a centred value one ulp off would be
-    # multiplied by rstd = 1 / sqrt(eps) = 316. Rows of other constants, some negative,
-    # held whole by the default tiles.
-    x = leaf((torch.randn(6, 1, device=DEVICE) * 10).repeat(1, width).to(dtype))
+def test_constant_rows_centre_to_exactly_zero(dtype, width, stable, kernels, monkeypatch):
+    # The mean is taken relative to the row's first value, so a constant row has a mean
+    # of exactly that value, at any magnitude: y is exactly beta and dgamma exactly 0.
+    # A centred value one ulp off would be multiplied by rstd = 1 / sqrt(eps) = 316
+    # (with the mean summed directly, 257 values of 1e6 + 0.5 gave +-1 instead of beta).
+    # "two-stage" and "split" take the looped forward (tiles of 16 columns) at 257.
+    use_kernels(monkeypatch, kernels)
+    constants = torch.tensor(CONSTANTS[dtype], device=DEVICE).to(dtype)
+    x = leaf(constants[:, None].repeat(2, width))  # every constant, twice
     gamma, beta = (leaf(t) for t in random_params(width, dtype))
-    y = layernorm(x, gamma, beta, stable=True)
+    y = layernorm(x, gamma, beta, stable=stable)
     grad_y = torch.randn_like(y)
     y.backward(grad_y)
-    assert torch.equal(y, beta.expand_as(y))
+    assert torch.equal(y, beta.expand_as(y)), f"largest |y - beta|: {(y - beta).abs().max().item()}"
     assert torch.equal(gamma.grad, torch.zeros_like(gamma))
-    if width == 1:  # y does not depend on x at all: dx is 0 up to rounding times rstd = 1/sqrt(eps)
+    if width == 1 and not stable:  # y does not depend on x: dx is 0 up to rounding times rstd
         rstd = 1e-5 ** -0.5
         largest_term = (grad_y.float() * gamma.detach().float()).abs().max().item()
         assert x.grad.abs().max().item() <= TOLERANCES[dtype][1] * rstd * largest_term
@@ -406,6 +420,59 @@ def test_rejects_wrong_parameter_shape(name):
             layernorm(x, params["gamma"], params["beta"])
 
 
+@pytest.mark.parametrize("with_beta", [True, False], ids=["beta", "no-beta"])
+@pytest.mark.parametrize("kernels", KERNELS)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_float32_parameters_with_low_precision_x(dtype, kernels, with_beta, monkeypatch):
+    # Mixed precision, as torch.nn.LayerNorm takes it: y in x's dtype, the parameters'
+    # gradients in float32.
+    use_kernels(monkeypatch, kernels)
+    x = random_rows((3, 5, 40), dtype)
+    gamma, beta = random_params(40, torch.float32, with_beta=with_beta)
+    check_forward_and_backward(x, gamma, beta, dtype)
+    y = layernorm(x, leaf(gamma), leaf(beta))
+    assert y.dtype == dtype
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_module_with_float32_parameters_takes_low_precision_x_as_torch_does(dtype):
+    theirs = torch.nn.LayerNorm(48, device=DEVICE)
+    ours = LayerNorm(48, device=DEVICE)
+    with torch.no_grad():
+        for p in theirs.parameters():
+            p.normal_()
+    ours.load_state_dict(theirs.state_dict())
+    x = random_rows((4, 48), dtype)
+    x_ours, x_theirs = leaf(x), leaf(x)
+    y_ours, y_theirs = ours(x_ours), theirs(x_theirs)
+    assert y_ours.dtype == y_theirs.dtype == dtype
+    grad_y = torch.randn_like(y_ours)
+    y_ours.backward(grad_y)
+    y_theirs.backward(grad_y)
+    rtol, atol = (2 * t for t in TOLERANCES[dtype])  # both round to dtype
+    torch.testing.assert_close(y_ours, y_theirs, rtol=rtol, atol=atol)
+    torch.testing.assert_close(x_ours.grad, x_theirs.grad, rtol=rtol, atol=atol)
+    for p_ours, p_theirs in zip(ours.parameters(), theirs.parameters()):
+        assert p_ours.grad.dtype == torch.float32
+        torch.testing.assert_close(p_ours.grad, p_theirs.grad, rtol=rtol, atol=atol * 4 ** 0.5)
+
+
+def test_module_under_autocast_keeps_the_dtype_autocast_gives_it():
+    # Under autocast a Linear returns the low-precision dtype; LayerNorm takes it with
+    # its float32 parameters and returns it in that dtype (torch on a CUDA GPU returns
+    # float32 there, as autocast runs its layer_norm in float32).
+    low = torch.bfloat16
+    linear, norm = torch.nn.Linear(32, 48, device=DEVICE), LayerNorm(48, device=DEVICE)
+    x = torch.randn(4, 32, device=DEVICE)
+    with torch.autocast(DEVICE.type, dtype=low):
+        hidden = linear(x)
+        y = norm(hidden)
+    assert hidden.dtype == y.dtype == low
+    y.float().sum().backward()
+    assert norm.weight.grad.dtype == torch.float32
+    assert torch.equal(y, norm(hidden))
+
+
 @pytest.mark.parametrize("name", ["gamma", "beta"])
 def test_rejects_parameter_of_another_dtype(name):
     x = torch.randn(3, 4, device=DEVICE)
@@ -413,6 +480,29 @@ def test_rejects_parameter_of_another_dtype(name):
     params[name] = params[name].half()
     with pytest.raises(TypeError, match=f"{name} has dtype torch.float16 but x has torch.float32"):
         layernorm(x, params["gamma"], params["beta"])
+
+
+def test_rejects_low_precision_parameters_of_another_low_precision():
+    x = torch.randn(3, 4, device=DEVICE, dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="gamma must have x's dtype, or be float32"):
+        layernorm(x, torch.ones(4, device=DEVICE, dtype=torch.float16))
+
+
+def test_rejects_gamma_and_beta_of_different_dtypes():
+    x = torch.randn(3, 4, device=DEVICE, dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="gamma has dtype torch.float32 but beta has torch.bfloat16"):
+        layernorm(x, torch.ones(4, device=DEVICE), torch.zeros(4, device=DEVICE, dtype=torch.bfloat16))
+
+
+def test_module_errors_name_its_own_parameters():
+    module = LayerNorm(4, device=DEVICE)
+    module.weight.data = module.weight.data.half()
+    with pytest.raises(TypeError, match="LayerNorm: weight has dtype torch.float16"):
+        module(torch.randn(3, 4, device=DEVICE, dtype=torch.bfloat16))
+    module = LayerNorm(4, device=DEVICE)
+    module.bias.data = torch.zeros(5, device=DEVICE)
+    with pytest.raises(ValueError, match=r"LayerNorm: bias must have shape \(N,\)"):
+        module(torch.randn(3, 4, device=DEVICE))
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.int32])
@@ -572,16 +662,19 @@ def test_compiled_refuses_bad_input():
 
 
 @pytest.mark.parametrize("stable", [False, True], ids=["plain", "stable"])
-@pytest.mark.parametrize("parameters", ["gamma_beta", "gamma", "none"])
-def test_operators_pass_opcheck(parameters, stable):
-    x = random_rows((3, 17), torch.float32)
-    gamma = torch.randn(17, device=DEVICE, requires_grad=True) if parameters != "none" else None
-    beta = torch.randn(17, device=DEVICE, requires_grad=True) if parameters == "gamma_beta" else None
+@pytest.mark.parametrize("parameters", ["gamma_beta", "gamma", "beta", "none"])
+@pytest.mark.parametrize("dtype, param_dtype", [(torch.float32, torch.float32), (torch.bfloat16, torch.float32)],
+                         ids=["float32", "mixed"])
+def test_operators_pass_opcheck(dtype, param_dtype, parameters, stable):
+    x = random_rows((3, 17), dtype)
+    def parameter(name):
+        return torch.randn(17, device=DEVICE, dtype=param_dtype, requires_grad=True) if name in parameters else None
+    gamma, beta = parameter("gamma"), parameter("beta")
     ops = torch.ops.course_lib
     torch.library.opcheck(ops.layernorm.default, (x.requires_grad_(), gamma, beta, 1e-5, stable))
     x = x.detach()
     gamma = gamma.detach() if gamma is not None else None
     with torch.no_grad():
         _, mean, rstd, row_max = ops.layernorm(x, gamma, beta, 1e-5, stable)
-    torch.library.opcheck(ops.layernorm_backward.default,
-                          (torch.randn_like(x), x, gamma, beta is not None, mean, rstd, row_max, 1e-5, stable))
+    torch.library.opcheck(ops.layernorm_backward.default, (torch.randn_like(x), x, gamma, beta is not None, mean,
+                                                           rstd, row_max, 1e-5, stable, param_dtype))

@@ -1,0 +1,112 @@
+"""What every public function refuses, and how: other layouts, torch.func transforms,
+forward-mode tangents and second-order gradients (course_lib/validation.py)."""
+
+import pytest
+import torch
+from torch.autograd import forward_ad
+
+from course_lib import LayerNorm, causal_softmax, coor_descent, layernorm, softmax, weighted_sum
+from course_lib.runtime import DEVICE
+
+
+def _coor_descent(s, mask=None):
+    return coor_descent(s, n_iters=4, k=2, mask=mask)
+
+
+def _module(x):
+    return LayerNorm(x.shape[-1], device=DEVICE)(x)
+
+
+# (name, function, its tensor arguments by name): every public callable, small inputs.
+CASES = [
+    ("weighted_sum", weighted_sum, lambda: {"x": torch.randn(5, 7), "weight": torch.randn(7)}),
+    ("softmax", softmax, lambda: {"x": torch.randn(5, 7)}),
+    ("causal_softmax", causal_softmax, lambda: {"x": torch.randn(2, 6, 6)}),
+    ("layernorm", layernorm, lambda: {"x": torch.randn(5, 7), "gamma": torch.randn(7), "beta": torch.randn(7)}),
+    ("LayerNorm", _module, lambda: {"x": torch.randn(5, 7)}),
+    ("coor_descent", _coor_descent, lambda: {"s": torch.randn(5, 7), "mask": torch.rand(5, 7) > 0.2}),
+]
+IDS = [name for name, _, _ in CASES]
+
+
+def inputs_of(make):
+    return {name: t.to(DEVICE) for name, t in make().items()}
+
+
+def differentiable(inputs):
+    return [t for t in inputs.values() if t.is_floating_point()]
+
+
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
+@pytest.mark.parametrize("layout", ["sparse_coo", "sparse_csr"])
+@pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
+def test_rejects_sparse_tensors_naming_the_argument(op, fn, make, layout):
+    for name, tensor in inputs_of(make).items():
+        if layout == "sparse_csr" and tensor.ndim != 2:
+            continue
+        inputs = inputs_of(make)
+        inputs[name] = tensor.to_sparse_csr() if layout == "sparse_csr" else tensor.to_sparse()
+        with pytest.raises(TypeError, match=rf"{op}: {name} has layout torch.{layout}; only dense tensors"):
+            fn(**inputs)
+
+
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor")
+@pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
+def test_rejects_quantized_tensors_naming_the_argument(op, fn, make):
+    inputs = inputs_of(make)
+    name = next(iter(inputs))
+    inputs[name] = torch.quantize_per_tensor(inputs[name].cpu(), 0.1, 0, torch.qint8)
+    with pytest.raises(TypeError, match=rf"{op}: {name} is quantized \(torch.qint8\)"):
+        fn(**inputs)
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["inference", "training"])
+@pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
+def test_refuses_forward_mode_tangents_instead_of_dropping_them(op, fn, make, requires_grad):
+    # Without the check, a call that needs no backward skips autograd and returns a plain
+    # tensor: unpack_dual(y).tangent would be None, a silently wrong derivative.
+    for name in [n for n, t in inputs_of(make).items() if t.is_floating_point()]:
+        inputs = inputs_of(make)
+        for t in differentiable(inputs):
+            t.requires_grad_(requires_grad)
+        with forward_ad.dual_level():
+            inputs[name] = forward_ad.make_dual(inputs[name], torch.randn_like(inputs[name]))
+            with pytest.raises(NotImplementedError, match=rf"{op}: {name} carries a forward-mode tangent"):
+                fn(**inputs)
+
+
+@pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
+def test_plain_tensors_inside_a_dual_level_still_work(op, fn, make):
+    inputs = inputs_of(make)
+    expected = fn(**inputs)
+    with forward_ad.dual_level():
+        assert torch.equal(fn(**inputs), expected)
+
+
+@pytest.mark.parametrize("constant_grad_output", [True, False], ids=["constant-dy", "dy-with-grad"])
+@pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
+def test_second_order_gradients_raise_instead_of_being_detached(op, fn, make, constant_grad_output):
+    inputs = inputs_of(make)
+    leaves = [t.requires_grad_() for t in differentiable(inputs)]
+    y = fn(**inputs)
+    grad_y = torch.randn_like(y, requires_grad=not constant_grad_output)
+    first = torch.autograd.grad(y, leaves, grad_y, create_graph=True)
+    plain = torch.autograd.grad(fn(**inputs), leaves, grad_y.detach())
+    for got, expected in zip(first, plain):  # create_graph changes nothing in the values
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    # A gradient penalty: its second-order terms cannot be computed, so this must raise
+    # rather than quietly leave them out (torch's once_differentiable would, for a
+    # constant dy).
+    penalty = sum((g.float() ** 2).sum() for g in first)
+    backward_of = {"causal_softmax": "softmax", "LayerNorm": "layernorm"}.get(op, op)
+    with pytest.raises(RuntimeError, match=f"{backward_of}: second-order gradients are not supported"):
+        (y.float().sum() + penalty).backward()
+
+
+@pytest.mark.parametrize("op, fn, make", CASES[:4], ids=IDS[:4])
+def test_rejects_torch_func_transforms(op, fn, make):
+    inputs = inputs_of(make)
+    names = list(inputs)
+    batched = [t.expand(3, *t.shape) for t in inputs.values()]
+    with pytest.raises(TypeError, match=rf"{op}: \w+ is a tensor of a torch.func transform"):
+        torch.func.vmap(lambda *args: fn(**dict(zip(names, args))))(*batched)
