@@ -403,13 +403,6 @@ def test_module_accepts_a_one_element_shape_and_has_torch_defaults():
 # ------------------------------------------------------------------------ bad input
 
 
-def test_rejects_non_tensor():
-    with pytest.raises(TypeError, match="x must be a torch.Tensor, got list"):
-        layernorm([[1.0]], torch.ones(1, device=DEVICE))
-    with pytest.raises(TypeError, match="gamma must be a torch.Tensor, got list"):
-        layernorm(torch.ones(2, 1, device=DEVICE), [1.0])
-
-
 @pytest.mark.parametrize("name", ["gamma", "beta"])
 def test_rejects_wrong_parameter_shape(name):
     x = torch.randn(3, 4, device=DEVICE)
@@ -503,22 +496,6 @@ def test_module_errors_name_its_own_parameters():
     module.bias.data = torch.zeros(5, device=DEVICE)
     with pytest.raises(ValueError, match=r"LayerNorm: bias must have shape \(N,\)"):
         module(torch.randn(3, 4, device=DEVICE))
-
-
-@pytest.mark.parametrize("dtype", [torch.float64, torch.int32])
-def test_rejects_unsupported_dtype(dtype):
-    with pytest.raises(TypeError, match="accepted: float32, float16, bfloat16"):
-        layernorm(torch.ones(3, 4, device=DEVICE, dtype=dtype), torch.ones(4, device=DEVICE, dtype=dtype))
-
-
-def test_rejects_wrong_device():
-    with pytest.raises(ValueError, match=r"x is on meta, but kernels here run on .*move it with"):
-        layernorm(torch.empty(3, 4, device="meta"), torch.empty(4, device="meta"))
-
-
-def test_rejects_scalar_x():
-    with pytest.raises(ValueError, match="x must have at least 1 dimension"):
-        layernorm(torch.tensor(1.0, device=DEVICE), None)
 
 
 def test_rejects_empty_last_dimension():

@@ -351,19 +351,9 @@ def test_more_than_65535_programs():
 # ---------------------------------------------------------------- bad input
 
 
-def test_rejects_non_tensor():
-    with pytest.raises(TypeError, match="softmax: x must be a torch.Tensor, got list"):
-        softmax([[1.0]])
-
-
 def test_rejects_non_bool_causal():
     with pytest.raises(TypeError, match="causal must be True or False, got 1"):
         softmax(torch.randn(3, 3, device=DEVICE), causal=1)
-
-
-def test_rejects_scalar():
-    with pytest.raises(ValueError, match="x must have at least 1 dimension"):
-        softmax(torch.tensor(1.0, device=DEVICE))
 
 
 def test_causal_rejects_vectors():
@@ -377,17 +367,6 @@ def test_causal_rejects_non_square(shape):
         causal_softmax(torch.randn(shape, device=DEVICE))
     with pytest.raises(ValueError, match="square matrices"):
         softmax(torch.randn(shape, device=DEVICE), causal=True)
-
-
-@pytest.mark.parametrize("dtype", [torch.float64, torch.int32, torch.bool])
-def test_rejects_unsupported_dtype(dtype):
-    with pytest.raises(TypeError, match="accepted: float32, float16, bfloat16"):
-        causal_softmax(torch.ones(3, 3, device=DEVICE, dtype=dtype))
-
-
-def test_rejects_wrong_device():
-    with pytest.raises(ValueError, match=r"x is on meta, but kernels here run on .*move it with"):
-        softmax(torch.empty(3, 4, device="meta"))
 
 
 def test_rejects_too_many_rows_or_columns():

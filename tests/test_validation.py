@@ -14,7 +14,7 @@ def _coor_descent(s, mask=None):
 
 
 def _module(x):
-    return LayerNorm(x.shape[-1], device=DEVICE)(x)
+    return LayerNorm(7, device=DEVICE)(x)
 
 
 # (name, function, its tensor arguments by name): every public callable, small inputs.
@@ -110,3 +110,52 @@ def test_rejects_torch_func_transforms(op, fn, make):
     batched = [t.expand(3, *t.shape) for t in inputs.values()]
     with pytest.raises(TypeError, match=rf"{op}: \w+ is a tensor of a torch.func transform"):
         torch.func.vmap(lambda *args: fn(**dict(zip(names, args))))(*batched)
+
+
+# ------------------------------------------------- the checks every argument goes through
+
+
+def each_argument(make):
+    """(name, inputs) for every tensor argument of a case, fresh inputs each time."""
+    for name in inputs_of(make):
+        yield name, inputs_of(make)
+
+
+@pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
+def test_rejects_non_tensors_naming_the_argument(op, fn, make):
+    for name, inputs in each_argument(make):
+        inputs[name] = inputs[name].tolist()
+        with pytest.raises(TypeError, match=rf"{op}: {name} must be a torch.Tensor, got list"):
+            fn(**inputs)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.int32, torch.bool])
+@pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
+def test_rejects_unsupported_dtypes_naming_the_argument(op, fn, make, dtype):
+    for name, inputs in each_argument(make):
+        accepted = "bool" if inputs[name].dtype == torch.bool else "float32, float16, bfloat16"
+        if inputs[name].dtype == dtype or (accepted == "bool" and dtype != torch.int32):
+            continue
+        inputs[name] = inputs[name].to(dtype)
+        with pytest.raises(TypeError, match=rf"{op}: {name} has dtype {dtype}; accepted: {accepted}"):
+            fn(**inputs)
+
+
+@pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
+def test_rejects_tensors_on_another_device_naming_the_argument(op, fn, make):
+    for name, inputs in each_argument(make):
+        inputs[name] = inputs[name].to("meta")
+        with pytest.raises(ValueError, match=rf"{op}: {name} is on meta, but kernels here run on .*move it with"):
+            fn(**inputs)
+
+
+@pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
+def test_rejects_too_few_dimensions(op, fn, make):
+    inputs = inputs_of(make)
+    name, first = next(iter(inputs.items()))
+    least = 2 if op == "causal_softmax" else 1
+    inputs[name] = first.reshape(-1)[0] if least == 1 else first[0, 0]
+    if "mask" in inputs:
+        inputs["mask"] = inputs["mask"].reshape(-1)[0]
+    with pytest.raises(ValueError, match=rf"{op}: {name} must have at least {least} dimension"):
+        fn(**inputs)

@@ -176,11 +176,6 @@ def test_rows_narrower_than_their_stride(width, row_stride, dtype):
 # ------------------------------------------------------------------------ bad input
 
 
-def test_rejects_non_tensor():
-    with pytest.raises(TypeError, match="x must be a torch.Tensor, got list"):
-        weighted_sum([[1.0]], torch.ones(1, device=DEVICE))
-
-
 def test_rejects_wrong_weight_shape():
     with pytest.raises(ValueError, match=r"weight must have shape \(D,\) with D = x.shape\[-1\] = 4"):
         weighted_sum(torch.randn(3, 4, device=DEVICE), torch.randn(5, device=DEVICE))
@@ -188,25 +183,9 @@ def test_rejects_wrong_weight_shape():
         weighted_sum(torch.randn(3, 4, device=DEVICE), torch.randn(1, 4, device=DEVICE))
 
 
-def test_rejects_scalar_x():
-    with pytest.raises(ValueError, match="x must have at least 1 dimension"):
-        weighted_sum(torch.tensor(1.0, device=DEVICE), torch.randn(1, device=DEVICE))
-
-
 def test_rejects_mismatched_dtypes():
     with pytest.raises(TypeError, match="weight has dtype torch.float16 but x has torch.float32"):
         weighted_sum(torch.randn(3, 4, device=DEVICE), torch.randn(4, device=DEVICE, dtype=torch.float16))
-
-
-@pytest.mark.parametrize("dtype", [torch.float64, torch.int32])
-def test_rejects_unsupported_dtype(dtype):
-    with pytest.raises(TypeError, match="accepted: float32, float16, bfloat16"):
-        weighted_sum(torch.ones(3, 4, device=DEVICE, dtype=dtype), torch.ones(4, device=DEVICE, dtype=dtype))
-
-
-def test_rejects_wrong_device():
-    with pytest.raises(ValueError, match=r"x is on meta, but kernels here run on .*move it with"):
-        weighted_sum(torch.empty(3, 4, device="meta"), torch.empty(4, device="meta"))
 
 
 def test_rejects_empty_last_dimension():
