@@ -308,12 +308,11 @@ def _step_back(ds, grad_a, dlogk, p, takes_s, mass, eps):
 
 
 @triton.jit
-def _backward_tile(s_ptr, mask_ptr, dy_ptr, logk_ptr, eps_ptr, a_ptr, row_max_ptr, row, tile, n_cols, n_iters,
+def _backward_tile(s_ptr, mask_ptr, dy_ptr, logk_ptr, a_ptr, row_max_ptr, row, tile, n_cols, n_iters,
                    logk_value, stride_s_row, stride_s_col, stride_mask_row, stride_mask_col, stride_dy_row,
                    stride_dy_col, HAS_MASK: tl.constexpr, LOGK_PER_ROW: tl.constexpr, BLOCK: tl.constexpr):
     """What both backward kernels start from for tile ``tile`` of ``row``: its columns, s
-    and dy (float32), log k, the row max, and pointers to the row's saved a and to the
-    schedule's second row, LOG2E / eps (eps_schedule)."""
+    and dy (float32), log k, the row max, and a pointer to the row's saved a."""
     cols = tile * BLOCK + tl.arange(0, BLOCK)
     s = _load_scores(s_ptr, mask_ptr, row, cols, n_cols, stride_s_row, stride_s_col,
                      stride_mask_row, stride_mask_col, HAS_MASK)
@@ -324,12 +323,12 @@ def _backward_tile(s_ptr, mask_ptr, dy_ptr, logk_ptr, eps_ptr, a_ptr, row_max_pt
     else:
         logk = logk_value
     row_max = tl.load(row_max_ptr + row)
-    return cols, s, dy.to(tl.float32), logk, row_max, a_ptr + row64 * n_iters, eps_ptr + n_iters + 1
+    return cols, s, dy.to(tl.float32), logk, row_max, a_ptr + row64 * n_iters
 
 
 @triton.jit(do_not_specialize=["n_iters"])
 def coor_descent_backward_partials_kernel(
-    s_ptr, mask_ptr, dy_ptr, logk_ptr, eps_ptr, a_ptr, row_max_ptr, partials_ptr,
+    s_ptr, mask_ptr, dy_ptr, logk_ptr, eps_ptr, exp2_scale_ptr, a_ptr, row_max_ptr, partials_ptr,
     n_cols, n_iters, logk_value,
     stride_s_row, stride_s_col, stride_mask_row, stride_mask_col, stride_dy_row, stride_dy_col,
     HAS_MASK: tl.constexpr, LOGK_PER_ROW: tl.constexpr, BLOCK: tl.constexpr,
@@ -340,8 +339,8 @@ def coor_descent_backward_partials_kernel(
     row = tl.program_id(0)
     tile = tl.program_id(1)
     n_tiles = tl.num_programs(1)
-    cols, s, dy, logk, row_max, a_row, exp2_scale_ptr = _backward_tile(
-        s_ptr, mask_ptr, dy_ptr, logk_ptr, eps_ptr, a_ptr, row_max_ptr, row, tile, n_cols, n_iters, logk_value,
+    cols, s, dy, logk, row_max, a_row = _backward_tile(
+        s_ptr, mask_ptr, dy_ptr, logk_ptr, a_ptr, row_max_ptr, row, tile, n_cols, n_iters, logk_value,
         stride_s_row, stride_s_col, stride_mask_row, stride_mask_col, stride_dy_row, stride_dy_col,
         HAS_MASK, LOGK_PER_ROW, BLOCK,
     )
@@ -361,7 +360,7 @@ def coor_descent_backward_partials_kernel(
 
 @triton.jit(do_not_specialize=["n_iters"])
 def coor_descent_backward_kernel(
-    s_ptr, mask_ptr, dy_ptr, logk_ptr, eps_ptr, a_ptr, row_max_ptr, sums_ptr, ds_ptr, dlogk_ptr,
+    s_ptr, mask_ptr, dy_ptr, logk_ptr, eps_ptr, exp2_scale_ptr, a_ptr, row_max_ptr, sums_ptr, ds_ptr, dlogk_ptr,
     n_cols, n_iters, logk_value,
     stride_s_row, stride_s_col, stride_mask_row, stride_mask_col, stride_dy_row, stride_dy_col, stride_ds_row,
     HAS_MASK: tl.constexpr, LOGK_PER_ROW: tl.constexpr, SPLIT: tl.constexpr, BLOCK: tl.constexpr,
@@ -373,8 +372,8 @@ def coor_descent_backward_kernel(
     """
     row = tl.program_id(0)
     tile = tl.program_id(1)
-    cols, s, dy, logk, row_max, a_row, exp2_scale_ptr = _backward_tile(
-        s_ptr, mask_ptr, dy_ptr, logk_ptr, eps_ptr, a_ptr, row_max_ptr, row, tile, n_cols, n_iters, logk_value,
+    cols, s, dy, logk, row_max, a_row = _backward_tile(
+        s_ptr, mask_ptr, dy_ptr, logk_ptr, a_ptr, row_max_ptr, row, tile, n_cols, n_iters, logk_value,
         stride_s_row, stride_s_col, stride_mask_row, stride_mask_col, stride_dy_row, stride_dy_col,
         HAS_MASK, LOGK_PER_ROW, BLOCK,
     )
@@ -486,20 +485,27 @@ def backward_plan(n_rows, n_cols):
     return BackwardPlan(block, cdiv(n_cols, block), warps_for(block, TILE_COLUMNS_PER_WARP))
 
 
+class Schedule(NamedTuple):
+    """The ε of every iteration, as the kernels read it (eps_schedule)."""
+
+    n_iters: int
+    eps: torch.Tensor  # (n_iters + 1,) float64: iterations 0 .. n_iters-1, then the final one y divides by
+    exp2_scale: torch.Tensor  # (n_iters + 1,) float64: LOG2E / eps, what the backward multiplies by
+
+
 @functools.lru_cache(maxsize=64)
 def eps_schedule(n_iters, eps, eps_init, eps_decay, device):
-    """(2, n_iters + 1) float64 on the device, computed once for each setting: row 0
-    holds eps of iterations 0 .. n_iters-1, then the final one that y divides by; row 1
-    holds LOG2E / eps, which the backward multiplies by instead of dividing. Its two
-    float64 divisions an iteration took a fifth of the backward's time (68 against
-    56 us for 4096 x 1024 on an H200). In the forward the division overlaps the row's
-    sum, and reading the row measured slower, so the forward keeps dividing."""
+    """The Schedule on the device, made once for each setting. The backward multiplies
+    by LOG2E / eps instead of dividing: two float64 divisions an iteration took a fifth of
+    its time (68 against 56 us for 4096 x 1024 on an H200). In the forward the division
+    overlaps the row's sum, and reading a second table measured slower, so it divides."""
     current = max(eps if eps_init is None else eps_init, eps)
     values = []
     for _ in range(n_iters + 1):
         values.append(current)
         current = max(current * eps_decay, eps)
-    return torch.tensor([values, [LOG2E.value / v for v in values]], dtype=torch.float64, device=device)
+    table = torch.tensor([values, [LOG2E.value / v for v in values]], dtype=torch.float64, device=device)
+    return Schedule(n_iters, table[0], table[1])
 
 
 def _logk_args(logk):
@@ -516,7 +522,7 @@ def coor_descent_forward(s2d, mask2d, logk, schedule, plan=None):
     ``logk`` is a float or a float32 tensor (rows,); ``mask2d`` a uint8 view or None.
     """
     n_rows, n_cols = s2d.shape
-    n_iters = schedule.shape[1] - 1
+    n_iters = schedule.n_iters
     y = torch.empty((n_rows, n_cols), device=s2d.device, dtype=s2d.dtype)
     a = torch.empty((n_rows, n_iters), device=s2d.device, dtype=torch.float64)
     row_max = torch.empty(n_rows, device=s2d.device, dtype=torch.float32)
@@ -537,7 +543,7 @@ def coor_descent_forward(s2d, mask2d, logk, schedule, plan=None):
 
     def launch_steps(row_programs, first_step, last_step):
         launch(coor_descent_forward_kernel, (row_programs, plan.tiles),
-            s2d, mask2d, logk_tensor, schedule, a, row_max, y, slots,
+            s2d, mask2d, logk_tensor, schedule.eps, a, row_max, y, slots,
             n_rows, n_cols, n_iters, logk_value, first_step, last_step,
             *s2d.stride(), *mask_strides, y.stride(0),
             HAS_MASK=mask2d is not None, LOGK_PER_ROW=per_row, SPLIT=split,
@@ -557,7 +563,7 @@ def coor_descent_forward(s2d, mask2d, logk, schedule, plan=None):
 def coor_descent_backward(s2d, mask2d, logk, schedule, a, row_max, dy2d, plan=None):
     """Launch the backward; return ds (rows, n) in s's dtype and dlogk (rows,) float32."""
     n_rows, n_cols = s2d.shape
-    n_iters = schedule.shape[1] - 1
+    n_iters = schedule.n_iters
     ds = torch.empty((n_rows, n_cols), device=s2d.device, dtype=s2d.dtype)
     dlogk = torch.empty(n_rows, device=s2d.device, dtype=torch.float32)
     if n_rows == 0:
@@ -576,14 +582,14 @@ def coor_descent_backward(s2d, mask2d, logk, schedule, a, row_max, dy2d, plan=No
         if split:
             partials = torch.empty((n_rows, n_iters, plan.tiles), device=s2d.device, dtype=torch.float64)
             launch(coor_descent_backward_partials_kernel, grid,
-                s2d, mask2d, dy2d, logk_tensor, schedule, a, row_max, partials,
+                s2d, mask2d, dy2d, logk_tensor, schedule.eps, schedule.exp2_scale, a, row_max, partials,
                 n_cols, n_iters, logk_value, *s2d.stride(), *mask_strides, *dy2d.stride(), **common,
             )
             sums = partials.sum(dim=-1)  # in a fixed order: the same sums on every run
         else:
             sums = None  # whole rows compute their own sums
         launch(coor_descent_backward_kernel, grid,
-            s2d, mask2d, dy2d, logk_tensor, schedule, a, row_max, sums, ds, dlogk,
+            s2d, mask2d, dy2d, logk_tensor, schedule.eps, schedule.exp2_scale, a, row_max, sums, ds, dlogk,
             n_cols, n_iters, logk_value, *s2d.stride(), *mask_strides, *dy2d.stride(), ds.stride(0),
             SPLIT=split, **common,
         )
@@ -613,24 +619,25 @@ class CoorDescentFunction(torch.autograd.Function):
     def forward(ctx, s, logk, mask, schedule):
         y, a, row_max = _forward(s, logk, mask, schedule)
         logk_tensor = logk if isinstance(logk, torch.Tensor) else None
-        ctx.save_for_backward(s, mask, logk_tensor, schedule, a, row_max)
+        ctx.save_for_backward(s, mask, logk_tensor, a, row_max)
         ctx.logk_value = None if logk_tensor is not None else logk
+        ctx.schedule = schedule  # constants, kept by eps_schedule's cache anyway
         return y
 
     @staticmethod
     @first_order_only("coor_descent")
     def backward(ctx, dy):
-        s, mask, logk_tensor, schedule, a, row_max = ctx.saved_tensors
+        s, mask, logk_tensor, a, row_max = ctx.saved_tensors
         s2d, mask2d = _as_rows(s, mask)
         logk = logk_tensor if logk_tensor is not None else ctx.logk_value
-        ds, dlogk = coor_descent_backward(s2d, mask2d, logk, schedule, a, row_max, dy.reshape(s2d.shape))
+        ds, dlogk = coor_descent_backward(s2d, mask2d, logk, ctx.schedule, a, row_max, dy.reshape(s2d.shape))
         return ds.reshape(s.shape), (dlogk if logk_tensor is not None else None), None, None
 
 
 # -------------------------------------------------------------------- custom operator
 # What torch.compile traces; see weighted_sum.py's operators for why eager calls keep
-# the autograd.Function. The operators take the eps settings rather than the schedule
-# tensor (built inside, once per setting), and a per-row logk as a tensor or, when k is
+# the autograd.Function. The operators take the eps settings rather than the Schedule
+# (built inside, once per setting), and a per-row logk as a tensor or, when k is
 # one number, as logk_value. A tensor k is checked inside the forward, on the values it
 # holds at run time, except while a CUDA graph is being captured (no reads back then).
 
