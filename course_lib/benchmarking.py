@@ -175,8 +175,8 @@ def same_bytes_copy_fraction(n_bytes, copy_gbps):
     reaches on the GPU alone: what moving that many bytes costs at that size.
 
     C comes from copying 1 GiB (2 GiB moved); a smaller copy spends more of its time
-    starting and draining, so at tens of megabytes even a copy stays below C (on an
-    H200, 0.78 C with 64 MiB moved). A kernel's fraction of C is best read beside this."""
+    starting and draining, so at tens of megabytes even a copy stays well below C. A
+    kernel's fraction of C is best read beside this."""
     require_gpu()
     src = torch.zeros(max(1, int(n_bytes) // 8), device="cuda")  # float32: n_bytes / 2 of them
     dst = torch.empty_like(src)

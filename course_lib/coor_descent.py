@@ -56,7 +56,7 @@ uncertain in its last bits, and a float32 log adds an error of the same kind, ab
 |log T| * 6e-8 (log T <= log n). Multiplied by eps in a, it is divided by the same eps
 in y and in the backward's p: a relative error of about 1e-6 at worst, whatever eps. A
 float64 log, a long chain of float64 operations on every iteration's critical path,
-made the forward 12% slower (48.5 against 43.4 us for 4096 x 1024 on an H200).
+would make the forward markedly slower for nothing.
 
 Filling the GPU
 ---------------
@@ -270,10 +270,9 @@ def _step_probabilities(s, row_max, a_row, exp2_scale_ptr, t, logk):
     s_j, p valid only there (masked columns: p = 0), and p_c, the one value every other
     p_j has (where the min took -a_t).
     So the mass sum_j p_j [s_j > -a_t] is p_c times a count, and a kernel that needs
-    only the mass computes no exponential a column (split rows, 256 x 32768 on an H200:
-    143 against 154 us with a sum of p). And p needs no min: where it is used, the min
-    is s_j. One instruction fewer a column and iteration: 53.4 against 56.5 us at
-    1024 x 4096 on an H200, the same bits. Elsewhere the exponent may overflow to inf,
+    only the mass computes no exponential a column. And p needs no min: where it is
+    used, the min is s_j; one instruction fewer a column and iteration, for the same
+    bits. Elsewhere the exponent may overflow to inf,
     which is never read; numpy would warn about it, so under the interpreter it is
     capped at p_c's (CAP_UNREAD_EXPONENTS), which leaves every p that is read as it is.
     exp2_scale_ptr[t] = LOG2E / eps_t, from the schedule: no division on the way."""
@@ -292,9 +291,8 @@ def _step_probabilities(s, row_max, a_row, exp2_scale_ptr, t, logk):
 def _count_two(takes_t, takes_u):
     """(sum_j [not takes_t], sum_j [not takes_u]), the counts behind two iterations'
     masses, from one reduction: as the 16-bit halves of one int32 (a tile has fewer
-    than 2**16 columns, MAX_COUNTED_TILE). A sum across warps waits at a barrier; two
-    counts to a barrier took the backward of 1024 x 4096 on an H200 from 61.5 to
-    56.6 us."""
+    than 2**16 columns, MAX_COUNTED_TILE). A sum across warps waits at a barrier, and
+    the backward's iterations are a chain of them: one barrier for two counts."""
     both = tl.sum((~takes_t).to(tl.int32) | ((~takes_u).to(tl.int32) << 16), axis=0)
     return (both & 0xFFFF).to(tl.float32), (both >> 16).to(tl.float32)
 
@@ -410,8 +408,8 @@ def coor_descent_backward_kernel(
 # -------------------------------------------------------------------------- launchers
 
 # Rows up to this many columns are one program each, held in registers (128 float32
-# values a thread at 8 warps); longer rows are split into tiles. On an H200, rows of
-# 32768 held whole took 93 us against 200 us split in two tiles (256 x 32768).
+# values a thread at 8 warps); longer rows are split into tiles, which must exchange
+# every iteration's sums through memory.
 ROW_BLOCK_MAX = 32768
 # When few rows leave multiprocessors idle, split rows down to tiles of this many
 # columns so that every multiprocessor gets one.
@@ -421,20 +419,17 @@ SPLIT_TILE_MIN = 4096
 BACKWARD_ROW_BLOCK_MAX = 16384
 BACKWARD_SPLIT_TILE = 4096
 MAX_COUNTED_TILE = 2**16 - 1  # _count_two's 16-bit counts: the widest backward tile
-# Columns a warp (benchmarks/tune_coor_descent.py on an H200). A row's twenty
-# iterations are a chain of reductions, each waiting on the last: the fewer warps a
-# reduction crosses, the shorter the chain. Whole rows all run at once at these sizes,
-# so fewer warps cost no parallelism: 1 warp for 4096 columns took 42 us, 8 warps
-# 68 us (1024 x 4096). A split tile is one of few programs and needs more warps (4 for
-# 4096 columns: 47 against 67 us at 8); the backward too (1 for 1024: 54.9 against
-# 60.1 us at 2 for 4096 x 1024; 4 for 4096: 56.4 against 66.0 us at 8).
+# Columns a warp (the best of benchmarks/tune_coor_descent.py's sweep). A row's
+# twenty iterations are a chain of reductions, each waiting on the last: the fewer
+# warps a reduction crosses, the shorter the chain. Whole rows all run at once at these
+# sizes, so fewer warps cost no parallelism. A split tile is one of few programs and
+# needs more warps; so does the backward.
 ROW_COLUMNS_PER_WARP = 4096
 TILE_COLUMNS_PER_WARP = 1024
 MIN_TILE_WARPS = 4
 # The backward holds s, dy and ds: 32 values of each a thread at these warps. Left to
 # itself the compiler takes 161 registers a thread for rows of 4096 (3 programs of 4
-# warps a multiprocessor); capped at 128 it spills nothing and fits 4, and 1024 x 4096
-# went from 66 to 58 us on an H200.
+# warps a multiprocessor); capped at 128 it spills nothing and fits 4.
 BACKWARD_MAX_REGISTERS = 128
 
 
@@ -496,9 +491,9 @@ class Schedule(NamedTuple):
 @functools.lru_cache(maxsize=64)
 def eps_schedule(n_iters, eps, eps_init, eps_decay, device):
     """The Schedule on the device, made once for each setting. The backward multiplies
-    by LOG2E / eps instead of dividing: two float64 divisions an iteration took a fifth of
-    its time (68 against 56 us for 4096 x 1024 on an H200). In the forward the division
-    overlaps the row's sum, and reading a second table measured slower, so it divides."""
+    by LOG2E / eps instead of dividing: float64 divisions are slow, and it would do two an
+    iteration. In the forward the division overlaps the row's sum, and reading a second
+    table measured slower, so it divides."""
     current = max(eps if eps_init is None else eps_init, eps)
     values = []
     for _ in range(n_iters + 1):

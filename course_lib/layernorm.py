@@ -450,9 +450,9 @@ def _wait_for_row_sums(row_slots_ptr, n_tiles, N_SUMS: tl.constexpr, TILES_BLOCK
     Each pass reads every slot and gets, from one reduction, both whether all are
     published and the sums. Two reductions, one for the check and one for the sums, are
     not safe: where several threads hold copies of a word, loaded at different moments,
-    the check may see one copy and the sum add up another, still empty (on an H200,
-    dx then changed from run to run for rows of 9 to 16 blocks). TILES_BLOCK, from
-    runtime.slots_block, keeps copies within a warp.
+    the check may see one copy and the sum add up another, still empty, and dx would
+    change from run to run. TILES_BLOCK, from runtime.slots_block, keeps copies within
+    a warp.
     """
     word = tl.arange(0, 4 * TILES_BLOCK)
     which, tiles = word // TILES_BLOCK, word % TILES_BLOCK  # sum, tile
@@ -633,24 +633,17 @@ def _warps_for_tile(tile_bytes, max_warps=MAX_WARPS):
 def forward_tiles(n_cols, element_size):
     """Tiles for the forward: the looped kernel runs when block_cols < n_cols.
 
-    From benchmarks/tune_layernorm.py on an H200, as fractions of copy bandwidth C:
+    The choices of benchmarks/tune_layernorm.py's sweep (1024 to 131072 columns,
+    float32 and bfloat16), where this comes within a few percent of the best tile:
 
     * warps: 64 bytes of x a thread (16 float32 or 32 bfloat16 values), 4 to
-      FORWARD_MAX_WARPS warps. In bfloat16, 8 warps beat 16 at 8192 columns (0.81 vs
-      0.74 C) and 4 beat 8 at 4096 (0.81 vs 0.78 C).
-    * narrow rows share a program, up to 4 KiB of x: 2 rows of 1024 bfloat16 on 4
-      warps reach 0.73 C, 4 rows on 8 warps 0.65 C. A row of 1024 float32 (4 KiB)
-      runs alone on 4 warps: 0.87 against 0.86 C for two rows (16384 rows, GPU alone).
-    * whole rows up to 32768 columns, on 32 warps from 64 KiB: at 32768 float32
-      columns 0.83 C, against 0.79 C on 16 warps and 0.70 C for the looped kernel
-      (which reads each row twice); in bfloat16 0.72 against 0.69 C.
+      FORWARD_MAX_WARPS warps: more warps than that only add reductions across them.
+    * narrow rows share a program, up to 4 KiB of x.
+    * whole rows up to 32768 columns, on up to 32 warps: better than looping, which
+      reads each row twice.
     * rows wider than FORWARD_MAX_BLOCK loop over the largest tile of 16 warps, 64
       bytes a thread (32 KiB: 8192 float32 or 16384 bfloat16 columns), without
-      pipelining: 0.71 C at 32768 bfloat16 columns, against 0.58 C for tiles of 4096
-      columns and 0.62 C with two stages.
-
-    At every shape swept (1024 to 131072 columns, float32 and bfloat16) this comes
-    within 4% of the best tile; repeated timings of one tile differ by up to 2%.
+      pipelining.
     """
     block_cols = next_power_of_2(n_cols)
     if block_cols > FORWARD_MAX_BLOCK:
@@ -669,38 +662,27 @@ def backward_config(n_cols, element_size, shared_memory=None):
     """BackwardConfig for rows of ``n_cols`` elements of ``element_size`` bytes.
 
     ``shared_memory``: the bytes a program may use; None for this GPU's
-    (runtime.max_shared_memory). From benchmarks/tune_layernorm.py on an H200, as
-    fractions of copy bandwidth C:
+    (runtime.max_shared_memory). The choices of benchmarks/tune_layernorm.py's sweep:
 
-    * whole rows: tiles of up to 4096 values, warps as in the forward.
-    * the loop over rows pipelined PIPELINE_STAGES deep, with programs_per_sm such that
-      each multiprocessor loads 16 KiB of x (and as much of dy) a stage. Rows of 8192
-      bfloat16 reach 0.71 C, against 0.55 C unpipelined and 0.60 C with two programs
-      a multiprocessor; the old 16 warps unpipelined gave 0.49 C.
+    * whole rows: tiles of up to 4096 values, warps as in the forward; the loop over
+      rows pipelined PIPELINE_STAGES deep, with programs_per_sm such that each
+      multiprocessor loads 16 KiB of x (and as much of dy) a stage.
     * pipelining keeps two more tiles of x and of dy in shared memory: 64 KiB for
       16 KiB tiles, which every GPU Triton runs on has (L4 and RTX GPUs give a
       program 99 KiB). The 32 KiB tiles of float32 rows of 8192 need 128 KiB: they
-      are pipelined where the GPU has it (A100, H100, H200; 0.81 C against 0.68 C
-      unpipelined at 4096 x 8192) and run unpipelined elsewhere. The rows' float32
-      mean, rstd and maximum are pipelined too, 12 bytes a row: rows count as at
-      least 16 columns wide, or 4096 rows of one column would need 160 KiB.
+      are pipelined where the GPU has it (A100, H100, H200) and run unpipelined
+      elsewhere. The rows' float32 mean, rstd and maximum are pipelined too, 12 bytes a
+      row: rows count as at least 16 columns wide, or 4096 rows of one column would
+      need 160 KiB.
     * wide rows, split across programs that exchange the row's sums (on a GPU): blocks
-      of SPLIT_ROW_BLOCK columns on 4 warps, SPLIT_PROGRAMS_PER_SM a multiprocessor;
-      in 2-byte dtypes the next row's tile loads during the wait (float32 has no
-      registers to spare for it: at 4096 columns it spills). GPU alone, H200, 2048 x
-      32768 float32 / bfloat16: 0.76 / 0.57 C, against 0.55 / 0.47 C for the two
-      stages; 512 x 131072: 0.59 / 0.47 C against 0.55 / 0.45 C. Publishing with
-      sem="acq_rel" instead of "relaxed" gave 0.61 C at 2048 x 32768 float32, and one
-      program a multiprocessor of 8192 columns 0.72 C.
+      of SPLIT_ROW_BLOCK columns on 4 warps, SPLIT_PROGRAMS_PER_SM a multiprocessor,
+      each row read once; in 2-byte dtypes the next row's tile loads during the wait
+      (float32 has no registers to spare for it: at 4096 columns it spills).
+      Publishing relaxed (_publish) rather than acq_rel matters here.
     * otherwise (the interpreter, or rows too wide to have all their programs
       resident), two stages: chapter 1's partial-sum tiles of 4 x 512, 4 programs a
       multiprocessor, then the dx kernel walking WIDE_ROW_TILE columns a step on 16
-      warps, 1% ahead of the old 4096 columns on 8: 0.47 C (bfloat16) to 0.57 C
-      (float32), the best swept at 131072 columns and at 32768 in bfloat16. At 32768
-      float32 columns these were not timed together; the best swept, partial-sum tiles
-      of 2 x 1024 pipelined 2 deep, beat the old default by 4% (0.58 vs 0.56 C).
-
-    Whole rows come within 3% of the best swept configuration at every shape.
+      warps.
     """
     block_cols = next_power_of_2(n_cols)
     if block_cols > BACKWARD_MAX_BLOCK:

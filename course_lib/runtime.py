@@ -121,9 +121,9 @@ def max_shared_memory():
 # kernel[grid](...) does the same work on every call before it launches: it binds the
 # arguments, works out how each one specialises the kernel (dtypes, which integers are
 # 1 or multiples of 16, which pointers are 16-byte aligned), builds a cache key from
-# that and finds the compiled kernel. On an H200 host (Triton 3.6) that costs 28 us of
-# host time a launch, more than many of the course's kernels run on the GPU. ``launch``
-# keeps the compiled kernel of each specialisation and launches it directly.
+# that and finds the compiled kernel: microseconds of host time on every launch
+# (chapter 5 measures them), when many of the course's kernels run for a few tens.
+# ``launch`` keeps the compiled kernel of each specialisation and launches it directly.
 #
 # The key holds everything Triton specialises on, and more: a launch either finds a
 # kernel compiled for exactly these facts, or goes through kernel[grid] to compile one.
@@ -191,9 +191,8 @@ def pick(*, gpu, cpu):
 
 
 # Host-side integer helpers for launchers. triton.cdiv and triton.next_power_of_2 do
-# the same and also work inside kernels, but on the host they cost 0.7 us a call on
-# an H200 machine (triton 3.6) and 2 us on a slower CPU (triton 3.7), against 0.1 us
-# for these; a launcher makes several such calls on every call.
+# the same and also work inside kernels, but on the host they cost several times as
+# much as these; a launcher makes several such calls on every call.
 def cdiv(a, b):
     """Ceiling division of non-negative integers: how many blocks of b cover a."""
     return -(-a // b)

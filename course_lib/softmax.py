@@ -31,7 +31,7 @@ FETCH_GROUP = tl.constexpr(16)
 # exp(t) = exp2(t * log2(e)). tl.exp2 compiles to one MUFU.EX2 instruction; tl.exp to
 # that plus a multiply and three more instructions that keep denormal results, which
 # a softmax does not need. In 16-bit types the forward is bound by instructions, not
-# bytes, and this alone took it from 0.62 to 0.70 of copy bandwidth on an H200.
+# bytes, so every instruction saved a value shows in its speed.
 LOG2E = tl.constexpr(1.4426950408889634)
 
 # ---------------------------------------------------------------------------- kernels
@@ -73,10 +73,9 @@ def _key_end(row, rows_per_matrix, n_cols, CAUSAL: tl.constexpr):
 def _hide_fetched_keys(values, visible, hidden_value, CAUSAL: tl.constexpr):
     """``hidden_value`` at keys fetched but not visible: causal keys past the diagonal
     that share its FETCH_GROUP. Without a causal mask every fetched key is visible and
-    the loads' ``other`` already covers the row's end, so no select is spent. On an
-    H200 that select cost the plain forward 0.61 against 0.60 C at 2**17 columns in
-    bfloat16, 0.68 against 0.64 C in float32, and 0.81 against 0.44 C at 1000 columns
-    in bfloat16."""
+    the loads' ``other`` already covers the row's end, so no select is spent: in the
+    plain forward it would cost most where rows are short and instructions set the
+    pace."""
     if CAUSAL:
         values = tl.where(visible, values, hidden_value)
     return values
@@ -108,8 +107,8 @@ def _softmax_rows(
     total = tl.sum(numerator, axis=1)
     inverse_total = 1.0 / tl.where(total == 0.0, 1.0, total)
     # Hidden keys have numerator exp2(-inf) = 0, so y is 0 there without a select. One
-    # (on `visible`, or on numerator == 0) cost 10-25% in bfloat16 on an H200: `visible`
-    # must then live in registers across both reductions.
+    # (on `visible`, or on numerator == 0) would keep `visible` in registers across both
+    # reductions, and in bfloat16 registers and instructions set the pace.
     y = numerator * inverse_total[:, None]
     y_row_ptrs = y_ptr + rows.to(tl.int64)[:, None] * stride_y_row
     tl.store(y_row_ptrs + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=row_mask & (cols < n_cols)[None, :])
@@ -131,9 +130,8 @@ def softmax_forward_kernel(
     Causal queries in the first half of their matrix see only the first half of the
     keys. A program holding only such rows works on a block half as wide and writes
     zeros to the rest: a quarter of all the arithmetic is saved, and in 16-bit types
-    the arithmetic, not the bytes, sets the pace (see LOG2E). On an H200 in bfloat16:
-    0.87 against 0.84 C at n = 1024, 0.93 against 0.86-0.87 C at n = 4096 and 8192. In
-    float32, bound by bytes, nothing changed.
+    the arithmetic, not the bytes, sets the pace (see LOG2E). In float32, bound by
+    bytes, it changes nothing.
     """
     rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     row_mask = (rows < n_rows)[:, None]
@@ -299,7 +297,7 @@ def _looped_tiles(n_cols):
 def _tiles(n_cols, element_size):
     """(BLOCK_ROWS, BLOCK_COLS, num_warps), the same for the forward and the backward.
 
-    From benchmarks/tune_softmax.py on an H200:
+    The best of benchmarks/tune_softmax.py's sweep:
     * rows up to SINGLE_BLOCK_MAX_COLS sit whole in one block, one row a program
       once rows reach 1024 values (short rows share a program); about 1024 values a
       warp, but at least 4 warps in float32 and 2 in 16-bit types;
@@ -320,8 +318,8 @@ def forward_tiles(n_cols, element_size):
     the looped kernel, which works on one row at a time (BLOCK_ROWS = 1).
 
     In 16-bit types rows of up to 1024 values pair up, two a program on the same
-    warps: a program's fixed costs then count half as much. On an H200, causal
-    bfloat16 rows of 1024: 0.84 against 0.81 C; in float32 it did not pay.
+    warps: a program's fixed costs then count half as much. In float32, bound by
+    bytes, it did not pay.
     """
     block_rows, block_cols, num_warps = _tiles(n_cols, element_size)
     if element_size <= 2 and block_cols <= 1024:
@@ -336,8 +334,7 @@ def backward_tiles(n_cols, element_size, causal=False):
     LOOPED_CAUSAL_BACKWARD_MIN_COLS columns, takes the looped kernel even where a row
     fits one block. There the one-block kernel is bound by its arithmetic, half of it
     spent on the masked triangle; the looped kernel stops each row at its diagonal.
-    On an H200 in bfloat16: 0.93 against 0.86 C at n = 4096, 0.93 against 0.75 C at
-    n = 8192. In float32, bound by bytes, one block stays ahead (0.95-0.97 C).
+    In float32, bound by bytes, one block stays ahead.
     """
     if causal and element_size <= 2 and LOOPED_CAUSAL_BACKWARD_MIN_COLS <= n_cols <= SINGLE_BLOCK_MAX_COLS:
         return _looped_tiles(n_cols)
@@ -347,8 +344,8 @@ def backward_tiles(n_cols, element_size, causal=False):
 def looped_grid(n_rows, n_cols):
     """Grid of the looped kernels: programs taking rows in turn. Pass 2 of a row
     re-reads what pass 1 read; for rows wider than a block, a few programs a
-    multiprocessor keep few rows in flight, so more of them is still in L2 (50 MB on
-    an H100) and need not come from memory again. Rows that would fit a block are
+    multiprocessor keep few rows in flight, so more of them is still in L2 (tens of
+    megabytes) and need not come from memory again. Rows that would fit a block are
     small enough to stay in L2 with many in flight, and many programs hide latency."""
     programs_per_sm = LOOPED_PROGRAMS_PER_SM if n_cols > SINGLE_BLOCK_MAX_COLS else SHORT_ROW_LOOPED_PROGRAMS_PER_SM
     return (min(n_rows, programs_per_sm * multiprocessor_count()),)

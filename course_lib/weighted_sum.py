@@ -66,8 +66,8 @@ def weighted_sum_forward_kernel(
     x_row_ptrs = x_ptr + rows.to(tl.int64)[:, None] * stride_x_row
     if WHOLE_ROWS:
         # x is read once: "evict_first" lets its lines be the first to leave the
-        # cache (2-5% faster on an H200; across several column tiles it cost up to
-        # 5% in float32, so the loop below keeps the default).
+        # cache. Across several column tiles it did not pay, so the loop below keeps
+        # the default (benchmarks/tune_weighted_sum.py).
         acc = _weighted_tile(x_row_ptrs, weight_ptr, tl.arange(0, BLOCK_COLS), n_cols, row_mask,
                              stride_x_col, stride_weight, "evict_first")
     else:
@@ -155,23 +155,15 @@ def forward_tiles(n_cols, element_size, wide_loads=True):
     """(BLOCK_ROWS, BLOCK_COLS, num_warps, NUM_STAGES) for the forward kernel.
 
     ``wide_loads``: whether Triton can read x 16 bytes at a time (``vector_width``).
-    Measured on an H200 (benchmarks/tune_weighted_sum.py), as fractions of copy
-    bandwidth C:
+    The choices, each the best of benchmarks/tune_weighted_sum.py's sweep:
 
-    * Whole rows in tiles of 16 KiB on 16 warps, a KiB of x a warp, came within 2% of
-      the best swept tile at every power-of-two width from 128 to 8192 columns
-      (bfloat16 16384 x 8192: 0.93 C, against 0.88 C for the two-row tiles of 4 warps
-      used before). The kernel loads such a tile without a loop: a loop of one trip
-      over the same tile took 86.6 us against 65.7 us (bfloat16 16384 x 8192, Triton
-      3.6). Widths between powers of two pad the tile: 0.67 C at 4608 bfloat16
-      columns (44% padding), against 0.75 C for the best tile swept there.
-    * When loads are narrower, fewer warps, each with more values in flight, do
-      better: a warp for every 1024 columns of the tile, at least two rows and 4 KiB.
-      GPU alone, bfloat16: 671088 x 100 (8-byte loads) 0.86 C, against 0.77 C on the
-      16 warps above; 65600 x 1023 (a load a value) 0.76 against 0.50 C.
-    * Rows wider than 16 KiB are walked two at a time in tiles of 16 KiB on 4 warps
-      (float32 16384 x 8192: 0.96 C, within 1% of the best). Pipelining the column
-      loop only slowed it.
+    * Whole rows in tiles of 16 KiB on 16 warps, a KiB of x a warp, loaded without a
+      loop (a loop of one trip over the same tile is slower). Widths between powers of
+      two pad the tile, and lose what the padding costs.
+    * When loads are narrower, fewer warps, each with more values in flight: a warp for
+      every 1024 columns of the tile, at least two rows and 4 KiB.
+    * Rows wider than 16 KiB are walked two at a time in tiles of 16 KiB on 4 warps;
+      pipelining that loop only slowed it.
     """
     row_block = next_power_of_2(n_cols)
     row_bytes = row_block * element_size
@@ -205,12 +197,10 @@ def width_hint(*rows, vec=None):
     though 1000 is a multiple of 8, it cannot prove that 8 neighbouring bfloat16 values
     start on a 16-byte boundary and lie all inside or all outside the mask, and loads
     them one at a time. The kernels rewrite n_cols and the row strides as
-    ``_multiple_of(n, VEC)``: the same numbers, now visibly multiples of VEC. On an
-    H200, GPU alone, bfloat16 67108 x 1000: 0.88 C, against 0.65 C with a load a value
-    (on the tiles for narrow loads). Where the width and every row stride are multiples
-    of 16, Triton knows enough by itself, and VEC = 1 leaves the kernels exactly as
-    they would be without the rewrite, which there cost up to 14% (LayerNorm forward,
-    float32 512 x 131072, Triton 3.6).
+    ``_multiple_of(n, VEC)``: the same numbers, now visibly multiples of VEC, and the
+    loads are wide again. Where the width and every row stride are multiples of 16,
+    Triton knows enough by itself, and VEC = 1 leaves the kernels exactly as they would
+    be without the rewrite, which there only costs instructions.
     """
     if rows[0].shape[1] % 16 == 0 and all(t.stride(0) % 16 == 0 for t in rows):
         return 1
@@ -244,10 +234,9 @@ def sum_partial_rows(partial, dtype):
     """Column sums of the float32 partial rows, in a fixed order, cast to ``dtype``.
 
     Narrow column blocks, so that even a short row of sums spreads over the GPU, and
-    the loop down the partial rows pipelined 3 deep (tiles of at most 16 KiB). On an
-    H200: 4 programs walking 528 partial rows of 1024 columns one after another added
-    7 us to a 72 us backward; LayerNorm's 128 partial rows of 16384 columns took 14 us
-    in blocks of 128 columns unpipelined, 8 us in blocks of 64 pipelined.
+    the loop down the partial rows pipelined 3 deep (tiles of at most 16 KiB): a few
+    programs walking the partial rows one after another would leave most of the GPU
+    idle at the end of every backward.
     """
     n_partial_rows, width = partial.shape
     out = torch.empty(width, device=partial.device, dtype=dtype)
