@@ -134,15 +134,33 @@ class Routed(NamedTuple):
     mask: torch.Tensor | None
 
 
+def top_k_routing(s, num_tokens, mask=None, *, n_iters=20, fetch_k_ratio=9 / 8, eps=0.03, eps_init=4.0,
+                  eps_decay=0.7, straight_through=True, ops=COURSE_OPS):
+    """Router scores s (b, n) -> (indices, weights, routed_mask) of the num_tokens routed
+    tokens of each row, in score order.
+
+    Coordinate descent makes the smooth top-k (asked for a few more than num_tokens, so
+    that the last routed token's weight is still far from 0 and learns); padding (mask
+    False) takes no part. With ``straight_through`` the weights are exactly 1 in the
+    forward while their gradient is coordinate descent's; a padded token that still
+    lands among the routed (a row with fewer real tokens than num_tokens) gets weight 0.
+    """
+    n = s.shape[-1]
+    weights = ops.coor_descent(s, n_iters=n_iters, k=min(num_tokens * fetch_k_ratio, n), eps=eps,
+                               eps_init=eps_init, eps_decay=eps_decay, mask=mask)
+    weights, indices = weights.topk(num_tokens, dim=-1)
+    routed_mask = None if mask is None else mask.gather(1, indices)
+    if straight_through:
+        weights = weights + (1.0 - weights).detach()
+        if routed_mask is not None:
+            weights = weights.masked_fill(~routed_mask, 0.0)
+    return indices, weights, routed_mask
+
+
 class CoordinateDescentRouter(nn.Module):
     """Picks k tokens of each sequence: colt5_attention's ``CoordinateDescentRouter``.
 
-    Scores s = x · routing_token (a weighted sum per token), a smooth top-k of them by
-    coordinate descent with ε-scaling, then the k largest. CoLT5 asks coordinate descent
-    for a few more than k (``fetch_k_ratio``) so that the k-th token's weight is still
-    far from 0 and learns. With ``straight_through`` the weights are exactly 1 in the
-    forward (the heavy branch sees unscaled tokens) while their gradient still reaches
-    the router.
+    Scores s = x · routing_token (a weighted sum per token), then ``top_k_routing``.
     """
 
     def __init__(self, dim, *, n_iters=20, fetch_k_ratio=9 / 8, eps=0.03, eps_init=4.0, eps_decay=0.7,
@@ -163,19 +181,12 @@ class CoordinateDescentRouter(nn.Module):
         op = "CoordinateDescentRouter"
         check_tokens(op, x, self.routing_token.shape[0], self.routing_token.dtype)
         check_mask(op, mask, x)
-        n = x.shape[1]
-        check_num_tokens(op, "num_tokens", num_tokens, n)
-        s = self.ops.weighted_sum(x, self.routing_token)
-        weights = self.ops.coor_descent(
-            s, n_iters=self.n_iters, k=min(num_tokens * self.fetch_k_ratio, n), eps=self.eps,
-            eps_init=self.eps_init, eps_decay=self.eps_decay, mask=mask,
+        check_num_tokens(op, "num_tokens", num_tokens, x.shape[1])
+        indices, scores, routed_mask = top_k_routing(
+            self.ops.weighted_sum(x, self.routing_token), num_tokens, mask, n_iters=self.n_iters,
+            fetch_k_ratio=self.fetch_k_ratio, eps=self.eps, eps_init=self.eps_init, eps_decay=self.eps_decay,
+            straight_through=self.straight_through, ops=self.ops,
         )
-        scores, indices = weights.topk(num_tokens, dim=-1)
-        routed_mask = None if mask is None else mask.gather(1, indices)
-        if self.straight_through:
-            scores = scores + (1.0 - scores).detach()
-            if routed_mask is not None:
-                scores = scores.masked_fill(~routed_mask, 0.0)
         return Routed(indices, scores, gather_tokens(x, indices), routed_mask)
 
 
