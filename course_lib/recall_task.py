@@ -167,3 +167,21 @@ def train_recall(impl, task=RecallTask(), *, steps=200, batch=32, lr=3e-3, seed=
     with torch.no_grad():
         _, accuracy = recall_loss_and_accuracy(model, *recall_batch(task, batch, generator, device))
     return TrainingRun(losses, accuracy)
+
+
+def colt5_with_layernorm(module):
+    """A colt5-attention module with every RMSNorm replaced by a LayerNorm (the course's
+    normalisation), so that the rest of it can be compared with course_lib's."""
+    from colt5_attention.transformer_block import RMSNorm
+
+    for name, child in module.named_children():
+        if isinstance(child, RMSNorm):
+            setattr(module, name, nn.LayerNorm(child.gamma.shape[0], device=child.gamma.device))
+        else:
+            colt5_with_layernorm(child)
+    return module
+
+
+def colt5_state_dict(state):
+    """A course_lib module's state dict in colt5-attention's names: its routing token is (1, dim)."""
+    return {name: t[None] if name.endswith("routing_token") else t for name, t in state.items()}

@@ -12,7 +12,8 @@ from conftest import COMPILE_MODES, TOLERANCES, assert_compiles_whole
 from local_attention import LocalMHA
 
 from course_lib import references, routed
-from course_lib.recall_task import IGNORE, RecallTask, recall_batch, train_recall
+from course_lib.recall_task import (IGNORE, RecallTask, colt5_state_dict, colt5_with_layernorm, recall_batch,
+                                    train_recall)
 from course_lib.runtime import DEVICE
 
 # Against the package in float32: the same operations in another order. Gradients that
@@ -26,22 +27,6 @@ def padding_mask(batch, seq_len, n_padded):
     mask = torch.ones(batch, seq_len, dtype=torch.bool, device=DEVICE)
     mask[-1, seq_len - n_padded:] = False
     return mask
-
-
-def with_layernorm(module):
-    """A colt5-attention module with every RMSNorm replaced by a LayerNorm (the course's
-    normalisation), so that the rest of it can be compared with course_lib's."""
-    for name, child in module.named_children():
-        if isinstance(child, RMSNorm):
-            setattr(module, name, torch.nn.LayerNorm(child.gamma.shape[0], device=child.gamma.device))
-        else:
-            with_layernorm(child)
-    return module
-
-
-def colt5_state(state):
-    """course_lib's state dict in colt5-attention's names: its routing token is (1, dim)."""
-    return {name: t[None] if name.endswith("routing_token") else t for name, t in state.items()}
 
 
 def grads(outputs, inputs, grad_outputs):
@@ -58,7 +43,7 @@ def assert_same_grads(got, expected):
 def test_router_picks_what_colt5_picks(batch, seq_len, dim, k, n_padded):
     ours = routed.CoordinateDescentRouter(dim).to(DEVICE)
     theirs = Colt5Router(dim).to(DEVICE)
-    theirs.load_state_dict(colt5_state(ours.state_dict()))
+    theirs.load_state_dict(colt5_state_dict(ours.state_dict()))
     x = torch.randn(batch, seq_len, dim, device=DEVICE, requires_grad=True)
     mask = padding_mask(batch, seq_len, n_padded)
     got, expected = ours(x, num_tokens=k, mask=mask), theirs(x, num_tokens=k, mask=mask)
@@ -75,8 +60,8 @@ def test_router_picks_what_colt5_picks(batch, seq_len, dim, k, n_padded):
 def test_feed_forward_is_colt5s_with_layernorm():
     batch, seq_len, dim, k = 2, 19, 16, 6
     ours = routed.RoutedFeedForward(dim, num_heavy_tokens=k).to(DEVICE)
-    theirs = with_layernorm(ConditionalRoutedFeedForward(dim, num_heavy_tokens=k)).to(DEVICE)
-    theirs.load_state_dict(colt5_state(ours.state_dict()))
+    theirs = colt5_with_layernorm(ConditionalRoutedFeedForward(dim, num_heavy_tokens=k)).to(DEVICE)
+    theirs.load_state_dict(colt5_state_dict(ours.state_dict()))
     x = torch.randn(batch, seq_len, dim, device=DEVICE, requires_grad=True)
     mask = padding_mask(batch, seq_len, 3)
     got, expected = ours(x, mask), theirs(x, mask=mask)
