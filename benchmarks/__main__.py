@@ -16,13 +16,14 @@ from pathlib import Path
 from course_lib.benchmarking import (RESULTS_DIR, add_copy_ceilings, copy_bandwidth_gbps, gpu_slug, require_gpu,
                                     write_results)
 
-from . import bench_coor_descent, bench_layernorm, bench_softmax, bench_weighted_sum
+from . import bench_coor_descent, bench_layernorm, bench_routed_block, bench_softmax, bench_weighted_sum
 
 MODULES = {
     "weighted_sum": bench_weighted_sum,
     "softmax": bench_softmax,
     "layernorm": bench_layernorm,
     "coor_descent": bench_coor_descent,
+    "routed_block": bench_routed_block,
 }
 
 
@@ -45,6 +46,7 @@ def print_rows(rows):
             for other in COMPARED_WITH[impl]
         )
         memory = f" | peak extra {r['peak_extra_bytes'] / 2**20:.0f} MiB" if "peak_extra_bytes" in r else ""
+        memory += f" | peak {r['peak_bytes'] / 2**20:.0f} MiB" if "peak_bytes" in r else ""
         print(f"{kernel:>14} {pass_:>4} {impl:>21} {dtype:>8} {str(list(shape)):>18} {r['ms'] * 1e3:9.1f} us "
               f"(GPU alone {r['gpu_ms'] * 1e3:7.1f}) {r['frac_of_copy']:.2f} C "
               f"(a copy of as many bytes {r['copy_same_bytes_frac']:.2f} C) {others}{memory}", flush=True)

@@ -18,7 +18,10 @@ EAGER = "× torch"
 COMPILE = "× torch.compile"
 MEMORY = "peak extra ÷ input"
 GRAPHS = "× torch.compile, both in CUDA graphs"  # course_lib.cudagraphs against torch.compile.cudagraphs
-AT_MOST = {MEMORY}  # every other measure is a lower bound
+PEER = "× colt5_attention"  # the routed block against the colt5-attention package
+PEAK_VS_PEER = "peak ÷ colt5_attention's"
+PEAK_VS_COMPILE = "peak ÷ torch.compile's"
+AT_MOST = {MEMORY, PEAK_VS_PEER, PEAK_VS_COMPILE}  # every other measure is a lower bound
 
 WIDE_ROW = 2**17  # the wide-row targets' width
 
@@ -96,6 +99,12 @@ TARGETS = [
     Target("coor_descent", "step", "every shape", _everywhere, EAGER, 10.0),
     Target("coor_descent", "step", "every shape", _everywhere, COMPILE, 1.5),
     Target("coor_descent", "step", "every shape", _everywhere, GRAPHS, 3.0),
+    # Chapter 6's routed block: its step against the package it comes from and the
+    # reference compiled, in time and in peak memory.
+    Target("routed_block", "step", "every shape", _everywhere, PEER, 1.5),
+    Target("routed_block", "step", "every shape", _everywhere, COMPILE, 1.2),
+    Target("routed_block", "step", "every shape", _everywhere, PEAK_VS_PEER, 1.0),
+    Target("routed_block", "step", "every shape", _everywhere, PEAK_VS_COMPILE, 1.0),
 ]
 
 
@@ -124,7 +133,13 @@ def _element_size(dtype):
     return {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}[dtype.split()[0]]
 
 
-def _measure(measure, ours, eager, compiled, graphs, compiled_graphs, time_key, fraction_key):
+def _peak_ratio(ours, other):
+    if ours is None or other is None or "peak_bytes" not in ours or not other.get("peak_bytes"):
+        return None
+    return ours["peak_bytes"] / other["peak_bytes"]
+
+
+def _measure(measure, ours, eager, compiled, graphs, compiled_graphs, peer, time_key, fraction_key):
     if measure == FRACTION:
         return ours.get(fraction_key)
     if measure == MEMORY:
@@ -134,8 +149,14 @@ def _measure(measure, ours, eager, compiled, graphs, compiled_graphs, time_key, 
         for size in ours["shape"]:
             input_bytes *= size
         return ours["peak_extra_bytes"] / input_bytes
+    if measure == PEAK_VS_PEER:
+        return _peak_ratio(ours, peer)
+    if measure == PEAK_VS_COMPILE:
+        return _peak_ratio(ours, compiled)
     if measure == GRAPHS:
         ours, other = graphs, compiled_graphs
+    elif measure == PEER:
+        other = peer
     else:
         other = eager if measure == EAGER else compiled
     if ours is None or other is None or not ours.get(time_key) or other.get(time_key) is None:
@@ -143,12 +164,13 @@ def _measure(measure, ours, eager, compiled, graphs, compiled_graphs, time_key, 
     return other[time_key] / ours[time_key]
 
 
-def check(ours, eager=None, compiled=None, graphs=None, compiled_graphs=None):
+def check(ours, eager=None, compiled=None, graphs=None, compiled_graphs=None, peer=None):
     """The Checks of course_lib's row ``ours`` against every target that applies to it,
-    with the torch and torch.compile rows of the same pass, dtype and shape, and for a
-    step, the course_lib.cudagraphs and torch.compile.cudagraphs rows."""
+    with the torch and torch.compile rows of the same pass, dtype and shape, for a
+    step, the course_lib.cudagraphs and torch.compile.cudagraphs rows, and for the
+    routed block, colt5_attention's row (``peer``)."""
     shape = tuple(ours["shape"])
-    others = (eager, compiled, graphs, compiled_graphs)
+    others = (eager, compiled, graphs, compiled_graphs, peer)
     return [
         Check(
             target,

@@ -96,3 +96,21 @@ def coor_descent(s, *, n_iters, k, eps=0.1, eps_init=None, eps_decay=1.0, mask=N
     if mask is not None:
         y = y.masked_fill(~mask, 0.0)
     return y
+
+
+def routed_causal_attention(q, k, v, routed, real=None):
+    """Causal attention among routed tokens, written densely over the whole sequence.
+
+    q, k, v: (b, h, n, d); routed: (b, n) bool, the positions the router picked; real:
+    (b, n) bool or None, False for padding. Query i, if routed, sees keys j <= i that are
+    routed and real; an unrouted query gets zeros. The same as gathering the routed
+    tokens in sequence order and applying causal_softmax to their (k, k) scores, which
+    is what the block computes, without an n × n matrix.
+    """
+    n = q.shape[-2]
+    visible = routed[:, None, None, :] & ~causal_mask(n, q.device)
+    if real is not None:
+        visible = visible & real[:, None, None, :]
+    scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    weights = softmax(scores.masked_fill(~visible, float("-inf")))
+    return (weights @ v) * routed[:, None, :, None]

@@ -23,7 +23,7 @@ run_step() {
   case $1 in
     unit) python3 -m pytest tests -q -p no:cacheprovider -m "not notebook_exec" 2>&1 | tee "$logs/unit.log" ;;
     benchmarks)
-      for kernel in weighted_sum softmax layernorm coor_descent; do
+      for kernel in weighted_sum softmax layernorm coor_descent routed_block; do
         python3 -m benchmarks --only "$kernel" --out "$logs/bench_$kernel.json" 2>&1 | tee "$logs/bench_$kernel.log"
       done
       python3 -m benchmarks --merge "$logs"/bench_*.json ;;

@@ -12,7 +12,7 @@ packages=(
   jupyter_core traitlets pyzmq tornado comm debugpy matplotlib-inline jedi parso
   prompt_toolkit wcwidth pexpect ptyprocess stack_data executing asttokens pure_eval
   fastjsonschema jsonschema jsonschema-specifications referencing rpds-py platformdirs
-  nest-asyncio2
+  nest-asyncio2 colt5-attention einops local-attention
 )
 platforms=()
 for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64; do

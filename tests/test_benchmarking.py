@@ -5,6 +5,7 @@ import pytest
 import torch
 from conftest import gpu_only
 
+from benchmarks import bench_routed_block
 from course_lib import benchmarking
 
 
@@ -56,7 +57,8 @@ def test_stored_results_have_the_documented_shape():
         assert document["copy_gbps"] > 0, name
         for r in document["rows"]:
             assert r["pass"] in ("fwd", "bwd", "step"), (name, r)
-            assert r["impl"] in [impl for impl, _, _ in benchmarking.STEP_IMPLS], (name, r)
+            impls = [impl for impl, _, _ in benchmarking.STEP_IMPLS]
+            assert r["impl"] in (bench_routed_block.IMPLS if r["kernel"] == "routed_block" else impls), (name, r)
             assert r["pass"] == "step" or not r["impl"].endswith(".cudagraphs"), (name, r)  # graphs: steps only
             # A merged file (python -m benchmarks --merge) keeps each row's own run's ceiling.
             assert r["frac_of_copy"] == pytest.approx(r["gbps"] / r.get("copy_gbps", document["copy_gbps"]))
@@ -107,3 +109,24 @@ def test_a_small_copy_reaches_less_of_c_than_a_large_one():
     small, large, odd = (r["copy_same_bytes_frac"] for r in rows)
     assert small < 0.5 * large
     assert 0.8 < large < 1.1 and odd == pytest.approx(large, rel=0.1)
+
+
+def test_routed_block_impls_run_one_block_each():
+    """Off the GPU, at a tiny size: every uncompiled implementation of the routed block
+    benchmark builds and runs; course_lib and torch are one block (same weights) on
+    other kernels, colt5_attention the package's own."""
+    dim, seq_len = 16, 32
+    assert list(bench_routed_block.IMPLS) == ["course_lib", "course_lib.compile", "torch", "torch.compile",
+                                              "colt5_attention"]
+    assert bench_routed_block.num_heavy_tokens(4096) == 512  # the design's routing size
+    x = torch.randn(2, seq_len, dim)
+    outputs = {}
+    for impl, (_, compiled) in bench_routed_block.IMPLS.items():
+        if not compiled:
+            block, fn = bench_routed_block.make_block(impl, dim, seq_len, device="cpu", dtype=torch.float32,
+                                                        window=8)
+            assert fn is block
+            outputs[impl] = fn(x)
+            assert outputs[impl].shape == x.shape
+    torch.testing.assert_close(outputs["course_lib"], outputs["torch"], rtol=1e-4, atol=1e-4)
+    assert (outputs["colt5_attention"] - outputs["torch"]).abs().max() > 1e-3  # another block, not a copy

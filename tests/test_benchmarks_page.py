@@ -109,6 +109,24 @@ def test_step_rows_get_their_own_table_and_the_cuda_graph_target(tmp_path):
     assert "| step |" not in page.split("## Test GPU")[1].split("Training steps")[0]  # not in the kernels' table
 
 
+def test_routed_block_is_checked_against_colt5_and_the_compiled_reference():
+    """Time against colt5_attention (≥ 1.5×) and torch.compile (≥ 1.2×); peak memory
+    no more than either's."""
+    def step(impl, ms, peak):
+        return result("routed_block", "step", impl, (8, 4096, 1024), ms=ms, gpu_ms=ms, dtype="bfloat16",
+                      peak_bytes=peak)
+
+    ours = step("course_lib", 2.0, 100)
+    compiled, peer = step("torch.compile", 2.6, 120), step("colt5_attention", 2.8, 90)
+    checks = {c.target.measure: c for c in targets.check(ours, step("torch", 5.0, 200), compiled, peer=peer)}
+    assert checks[targets.COMPILE].value == pytest.approx(1.3) and checks[targets.COMPILE].met
+    assert checks[targets.PEER].value == pytest.approx(1.4) and not checks[targets.PEER].met
+    assert checks[targets.PEAK_VS_COMPILE].value == pytest.approx(100 / 120) and checks[targets.PEAK_VS_COMPILE].met
+    assert checks[targets.PEAK_VS_PEER].value == pytest.approx(100 / 90) and not checks[targets.PEAK_VS_PEER].met
+    without_peer = {c.target.measure: c for c in targets.check(ours, compiled=compiled)}
+    assert without_peer[targets.PEER].value is None and not without_peer[targets.PEER].met
+
+
 def test_merge_keeps_each_runs_copy_bandwidth(tmp_path):
     from benchmarks.__main__ import merge
 

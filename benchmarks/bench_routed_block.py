@@ -1,0 +1,73 @@
+"""The routed block of chapter 6: one training step (forward and backward, as a user's
+loop runs it) and its peak memory, bfloat16.
+
+    python -m benchmarks --only routed_block
+
+Implementations: course_lib's block eager and inside torch.compile (course_lib.compile),
+the same block on the PyTorch references eager (torch) and compiled (torch.compile), and
+colt5-attention 0.11.2's routed attention and feed-forward with its Triton router
+(colt5_attention). Every block routes num_heavy_tokens = seq / 8 tokens (512 at 4096),
+8 heads of 64, a light window of 128. Each row's ``peak_bytes`` is the most memory
+allocated during a step beyond what was allocated before it (weights, their gradients
+from the warm-up step, and the input). ``bytes`` counts the input read and the output
+written only, so the fraction of C says little here: compare the times.
+"""
+
+import torch
+
+from course_lib.benchmarking import fresh_compile, row, step_timings, training_step
+from course_lib.recall_task import routed_block
+
+SHAPES = [(8, 4096, 1024), (8, 2048, 512)]
+DTYPE = torch.bfloat16
+HEADS, DIM_HEAD, WINDOW = 8, 64, 128
+
+# impl name -> (block impl of recall_task.routed_block, torch.compile it or not)
+IMPLS = {
+    "course_lib": ("course_lib", False),
+    "course_lib.compile": ("course_lib", True),
+    "torch": ("reference", False),
+    "torch.compile": ("reference", True),
+    "colt5_attention": ("colt5_attention", False),
+}
+
+
+def num_heavy_tokens(seq_len):
+    return seq_len // 8
+
+
+def make_block(impl, dim, seq_len, device="cuda", dtype=DTYPE, window=WINDOW):
+    """The block behind ``impl`` (a key of IMPLS), and the function a step calls."""
+    block_impl, compiled = IMPLS[impl]
+    torch.manual_seed(0)
+    block = routed_block(block_impl, dim, num_heavy_tokens=num_heavy_tokens(seq_len), seq_len=seq_len,
+                         light_window_size=window, heads=HEADS, dim_head=DIM_HEAD).to(device=device, dtype=dtype)
+    return block, fresh_compile(block) if compiled else block
+
+
+def peak_step_bytes(step):
+    """The most memory allocated during ``step()`` beyond what was allocated before it."""
+    step()  # warm-up: allocates the weights' gradients, compiles
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    step()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - before
+
+
+def run(copy_gbps, shapes=SHAPES):
+    rows = []
+    for shape in shapes:
+        batch, seq_len, dim = shape
+        x = torch.randn(shape, device="cuda", dtype=DTYPE, requires_grad=True)
+        n_bytes = 2 * x.numel() * x.element_size()
+        for impl in IMPLS:
+            block, fn = make_block(impl, dim, seq_len)
+            peak = peak_step_bytes(training_step(fn, x))
+            result = row("routed_block", "step", impl, DTYPE, shape, step_timings(fn, x), n_bytes, copy_gbps)
+            result["peak_bytes"] = peak
+            rows.append(result)
+            del block, fn
+            torch.cuda.empty_cache()
+    return rows

@@ -1,0 +1,187 @@
+"""A task that needs routing, and a small decoder of routed blocks that learns it.
+
+Associative recall: a long sequence of noise holds a few (key, value) pairs; at its end
+the keys come again, each followed by its value, and the model must predict the value
+after each key. The pair may be thousands of tokens back, far outside the light
+branch's window: only the heavy branch can fetch it, and only if the router picks the
+pair's tokens. Noise and keys are drawn from separate ranges of the vocabulary, so
+whether a token matters can be read off the token itself, which a router can learn.
+
+The same function trains the decoder on course_lib's kernels, on the PyTorch
+references, or on the colt5-attention package's modules, at one seed.
+"""
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .routed import COURSE_OPS, REFERENCE_OPS, Norm, RoutedBlock
+
+IMPLS = ("course_lib", "reference", "colt5_attention")
+IGNORE = -100  # target of the positions that carry no loss (cross_entropy's ignore_index)
+
+
+class RecallTask(NamedTuple):
+    """Sizes of the task: the vocabulary holds noise, keys and values, in that order."""
+
+    seq_len: int = 256
+    n_pairs: int = 4
+    n_noise: int = 32
+    n_keys: int = 16
+    n_values: int = 16
+
+    @property
+    def vocab(self):
+        return self.n_noise + self.n_keys + self.n_values
+
+
+def recall_batch(task, batch, generator, device="cpu"):
+    """(tokens, targets), both (batch, seq_len) int64.
+
+    The first part is noise with ``n_pairs`` (key, value) pairs at random places; the
+    last 2 * n_pairs tokens repeat the keys in another order, each followed by its
+    value. targets holds the value at each repeated key's position (the next token to
+    predict) and IGNORE everywhere else.
+    """
+    n_noise, n_keys, n_pairs, seq_len = task.n_noise, task.n_keys, task.n_pairs, task.seq_len
+    body = seq_len - 2 * n_pairs
+    if body < 2 * n_pairs or n_pairs > n_keys:
+        raise ValueError(f"recall_batch: seq_len {seq_len} too short or n_keys {n_keys} too few "
+                         f"for {n_pairs} pairs")
+    tokens = torch.randint(0, n_noise, (batch, seq_len), generator=generator)
+    targets = torch.full((batch, seq_len), IGNORE)
+    rows = torch.arange(batch)[:, None]
+    keys = torch.rand(batch, n_keys, generator=generator).argsort(dim=-1)[:, :n_pairs] + n_noise
+    values = torch.randint(0, task.n_values, (batch, n_pairs), generator=generator) + n_noise + n_keys
+    # Pair slots: the body cut into n_pairs stretches of even length, one pair at an
+    # even offset inside each, so pairs never overlap.
+    stretch = body // n_pairs
+    offsets = 2 * torch.randint(0, stretch // 2, (batch, n_pairs), generator=generator)
+    key_positions = torch.arange(n_pairs) * stretch + offsets
+    tokens[rows, key_positions] = keys
+    tokens[rows, key_positions + 1] = values
+    order = torch.rand(batch, n_pairs, generator=generator).argsort(dim=-1)
+    query_positions = body + 2 * torch.arange(n_pairs)
+    tokens[rows, query_positions] = keys.gather(1, order)
+    tokens[rows, query_positions + 1] = values.gather(1, order)
+    targets[rows, query_positions] = values.gather(1, order)
+    return tokens.to(device), targets.to(device)
+
+
+class Colt5Block(nn.Module):
+    """The colt5-attention package's routed attention and feed-forward, added as
+    RoutedBlock adds its branches. Its queries are routed per window of the light
+    branch's size: num_heavy_tokens spread over the windows."""
+
+    def __init__(self, dim, *, num_heavy_tokens, seq_len, light_window_size, heads, dim_head, use_triton):
+        super().__init__()
+        from colt5_attention import ConditionalRoutedAutoregressiveAttention, ConditionalRoutedFeedForward
+
+        queries_per_window = max(1, num_heavy_tokens * light_window_size // seq_len)
+        self.attn = ConditionalRoutedAutoregressiveAttention(
+            dim, num_heavy_tokens_q=queries_per_window, num_heavy_tokens_kv=num_heavy_tokens,
+            light_window_size=light_window_size, light_heads=heads, light_dim_head=dim_head, heavy_heads=heads,
+            heavy_dim_head=dim_head, use_triton=use_triton,
+        )
+        self.ff = ConditionalRoutedFeedForward(dim, num_heavy_tokens=num_heavy_tokens, use_triton=use_triton)
+
+    def forward(self, x, mask=None):
+        x = x + self.attn(x)
+        return x + self.ff(x, mask=mask)
+
+
+def routed_block(impl, dim, *, num_heavy_tokens, seq_len, light_window_size=128, heads=8, dim_head=64):
+    """One routed block of ``impl`` (one of IMPLS); colt5_attention's router runs its
+    Triton kernel on a GPU and its PyTorch code elsewhere."""
+    if impl == "colt5_attention":
+        return Colt5Block(dim, num_heavy_tokens=num_heavy_tokens, seq_len=seq_len,
+                          light_window_size=light_window_size, heads=heads, dim_head=dim_head,
+                          use_triton=torch.cuda.is_available())
+    if impl not in IMPLS:
+        raise ValueError(f"routed_block: impl must be one of {', '.join(IMPLS)}; got {impl!r}")
+    ops = COURSE_OPS if impl == "course_lib" else REFERENCE_OPS
+    return RoutedBlock(dim, num_heavy_tokens=num_heavy_tokens, light_window_size=light_window_size, heads=heads,
+                       dim_head=dim_head, ops=ops)
+
+
+class RecallModel(nn.Module):
+    """Embeddings (token and position), ``depth`` routed blocks, a norm, the logits."""
+
+    def __init__(self, impl, task, *, dim=64, depth=2, num_heavy_tokens=32, light_window_size=16, heads=4,
+                 dim_head=16):
+        super().__init__()
+        self.token_embedding = nn.Embedding(task.vocab, dim)
+        self.position_embedding = nn.Embedding(task.seq_len, dim)
+        self.blocks = nn.ModuleList(
+            routed_block(impl, dim, num_heavy_tokens=num_heavy_tokens, seq_len=task.seq_len,
+                         light_window_size=light_window_size, heads=heads, dim_head=dim_head)
+            for _ in range(depth)
+        )
+        ops = COURSE_OPS if impl == "course_lib" else REFERENCE_OPS
+        self.norm = Norm(dim, ops)
+        self.to_logits = nn.Linear(dim, task.vocab)
+
+    def forward(self, tokens):
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
+        x = self.token_embedding(tokens) + self.position_embedding(positions)
+        for block in self.blocks:
+            x = block(x)
+        return self.to_logits(self.norm(x))
+
+
+class TrainingRun(NamedTuple):
+    losses: list  # one a step
+    accuracy: float  # of the values predicted on a fresh batch after training
+
+
+def recall_loss_and_accuracy(model, tokens, targets):
+    logits = model(tokens)
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE)
+    answered = targets != IGNORE
+    accuracy = (logits.argmax(dim=-1)[answered] == targets[answered]).float().mean().item()
+    return loss, accuracy
+
+
+def train_recall(impl, task=RecallTask(), *, steps=200, batch=32, lr=3e-3, seed=0, device="cpu", dtype=torch.float32,
+                 **model_kwargs):
+    """Train a RecallModel of ``impl`` for ``steps`` AdamW steps on fresh batches.
+
+    One seed sets the model's initial weights and every batch, so impls trained at the
+    same seed see the same data. Returns the loss of every step and the accuracy on a
+    fresh batch after training.
+    """
+    torch.manual_seed(seed)
+    model = RecallModel(impl, task, **model_kwargs).to(device=device, dtype=dtype)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    generator = torch.Generator().manual_seed(seed)
+    losses = []
+    for _ in range(steps):
+        tokens, targets = recall_batch(task, batch, generator, device)
+        loss, _ = recall_loss_and_accuracy(model, tokens, targets)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    with torch.no_grad():
+        _, accuracy = recall_loss_and_accuracy(model, *recall_batch(task, batch, generator, device))
+    return TrainingRun(losses, accuracy)
+
+
+def colt5_with_layernorm(module):
+    """A colt5-attention module with every RMSNorm replaced by a LayerNorm (the course's
+    normalisation), so that the rest of it can be compared with course_lib's."""
+    from colt5_attention.transformer_block import RMSNorm
+
+    for name, child in module.named_children():
+        if isinstance(child, RMSNorm):
+            setattr(module, name, nn.LayerNorm(child.gamma.shape[0], device=child.gamma.device))
+        else:
+            colt5_with_layernorm(child)
+    return module
+
+
+def colt5_state_dict(state):
+    """A course_lib module's state dict in colt5-attention's names: its routing token is (1, dim)."""
+    return {name: t[None] if name.endswith("routing_token") else t for name, t in state.items()}
