@@ -106,12 +106,26 @@ def show_error_map(name, wrong):
 
 
 def run_student_code(name, fn, *args, **kwargs):
-    """Call the student's function; turn a crash into an ExerciseError that says so."""
-    try:
-        return fn(*args, **kwargs)
-    except ExerciseError:
-        raise
-    except Exception as error:  # the student's code may raise anything
-        message = str(error).strip().splitlines()
-        detail = message[-1] if message else ""
-        raise ExerciseError(f"{name}: your code raised {type(error).__name__}: {detail}") from error
+    """Call the student's function; turn a crash into an ExerciseError that says so.
+
+    Under Triton's interpreter its kernels run guarded (``course_lib.accesses``): a load or
+    store outside the launch's tensors stops the launch before it happens, the picture of
+    what each program touched is drawn, and the ExerciseError names the access.
+    """
+    from . import accesses
+
+    with accesses.guard_accesses(recording=True) as guard:
+        try:
+            result = fn(*args, **kwargs)
+        except ExerciseError:
+            raise
+        except Exception as error:  # the student's code may raise anything
+            if guard.violation is None:
+                message = str(error).strip().splitlines()
+                detail = message[-1] if message else ""
+                raise ExerciseError(f"{name}: your code raised {type(error).__name__}: {detail}") from error
+        if guard.violation is not None:  # raised, or caught and ignored by the student's code
+            accesses.draw_accesses(guard.launches[-1])
+            raise ExerciseError(f"{name}: {guard.violation}\n  (the picture above shows what each program read "
+                                "and wrote up to that access, out-of-bounds elements as red crosses)") from None
+        return result
