@@ -82,8 +82,8 @@ class Argument:
         return offsets, np.where(hit, self.flat_index[position], -1)
 
     def describe(self):
-        return (f"{self.name} (shape {self.shape}, strides {self.strides}, "
-                f"{int(np.prod(self.shape, dtype=np.int64))} elements)")
+        return (f"the tensor passed as {self.name} (shape {self.shape}, strides {self.strides}, "
+                f"{int(np.prod(self.shape, dtype=np.int64))} element(s))")
 
 
 @dataclasses.dataclass
@@ -172,7 +172,7 @@ class _Placement:
                             lanes[in_zone][~found])
             if recording:
                 self.accesses.append(access)
-            raise OutOfBoundsAccess(_message(self.kernel, blamed, access, active.shape), access)
+            raise OutOfBoundsAccess(_message(self.kernel, blamed, access, addresses), access)
 
 
 def _argument(name, host):
@@ -188,24 +188,47 @@ def _argument(name, host):
                     offsets[order], order)
 
 
-def _message(kernel, argument, access, tile_shape):
+def _tile_steps(argument, addresses):
+    """How many elements the tile's addresses advance along each of its axes (None where it has one lane)."""
+    start = addresses.reshape(-1)[0].astype(np.int64) if addresses.size else np.int64(0)
+    steps = []
+    for axis, n in enumerate(addresses.shape):
+        if n < 2:
+            steps.append(None)
+            continue
+        step = np.take(addresses, 1, axis=axis).reshape(-1)[0].astype(np.int64) - start
+        steps.append(int(step) // argument.itemsize)
+    return steps
+
+
+def _why(argument, access, addresses):
+    """Which mistake the offending offsets point at: a stride, or a mask."""
+    steps = [step for step in _tile_steps(argument, addresses) if step not in (None, 0)]
+    strides = set(argument.strides) if len(argument.shape) > 1 else {argument.strides[0]}
+    wrong = [step for step in steps if step not in strides]
+    if wrong:
+        return (f"where no element of it is, because the tile's addresses step {wrong[0]} element(s) along one of "
+                f"its axes while {argument.name}'s strides are {argument.strides}: is each index multiplied by "
+                "the right stride (a column index by the column stride, a row index by the row stride: "
+                "stride_x_row, not n_cols)?")
+    if access.outside.min() < 0:
+        return "before its first element: is an offset negative (a subtraction, or a program id used wrongly)?"
+    if not len(argument.sorted_offsets) or access.outside.max() > argument.sorted_offsets[-1]:
+        return ("past its last element: is every lane past the last row or column masked off "
+                "(rows < n_rows and cols < n_cols, not <=), and is the mask given to this "
+                f"{access.kind}?")
+    return ("between its elements, in memory it does not own (the rows of a sliced tensor are further "
+            "apart than its width): is each offset multiplied by the right stride (the row stride is "
+            "stride_x_row, not n_cols)?")
+
+
+def _message(kernel, argument, access, addresses):
     outside = access.outside
     listed = ", ".join(str(int(o)) for o in outside[:_LISTED]) + (", ..." if len(outside) > _LISTED else "")
     lanes = ", ".join(str(tuple(int(i) for i in lane)) for lane in access.lanes[:_LISTED])
     verb = "reads" if access.kind == "load" else "writes"
-    n_elements = int(np.prod(argument.shape, dtype=np.int64))
-    last = int(argument.sorted_offsets[-1]) if n_elements else -1
-    if outside.min() < 0:
-        why = "before its first element: is an offset negative (a subtraction, or a program id used wrongly)?"
-    elif outside.max() > last:
-        why = ("past its last element: is every lane past the last row or column masked off "
-               "(rows < n_rows and cols < n_cols, not <=), and is the mask given to this "
-               f"{access.kind}?")
-    else:
-        why = ("between its elements, in memory it does not own (the rows of a sliced tensor are further "
-               "apart than its width): is each offset multiplied by the right stride (the row stride is "
-               "stride_x_row, not n_cols)?")
-    tile = " × ".join(str(n) for n in tile_shape) or "1"
+    why = _why(argument, access, addresses)
+    tile = " × ".join(str(n) for n in addresses.shape) or "1"
     program = access.program[0] if len(access.program) == 1 else access.program
     return (f"out of bounds: the {access.kind} through {argument.name} in program {program} of {kernel} "
             f"{verb} {len(outside)} element(s) outside {argument.describe()}, at {argument.name} + {listed} "
