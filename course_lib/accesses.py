@@ -136,8 +136,9 @@ class _Placement:
             sharing.setdefault(base + start, []).append(self.arguments[name])
         # An address belongs to the storage nearest to it: the zones split the gaps in the middle.
         starts = sorted(sharing)
+        ends = {base + start: base + start + storage.nbytes() for start, storage, _ in regions.values()}
         self.zones = [sharing[start] for start in starts]
-        self.zone_starts = np.array([0] + [(a + b) // 2 for a, b in zip(starts, starts[1:])], dtype=np.uint64)
+        self.zone_starts = np.array([0] + [(ends[a] + b) // 2 for a, b in zip(starts, starts[1:])], dtype=np.uint64)
         self.accesses = []
 
     def copy_back(self):
