@@ -45,18 +45,19 @@ def compare(name, got, expected, *, rtol, atol, show_picture=False, max_listed=5
         f"{name}: {n_wrong} of {got.numel()} elements are wrong "
         f"(allowed |got - expected| <= {atol:g} + {rtol:g}·|expected|)."
     ]
-    n_nan = int(got64.isnan().sum())
+    n_nan = int((got64.isnan() & ~expected64.isnan()).sum())
     if n_nan:
-        lines.append(f"  {n_nan} elements are NaN: were they written at all, or masked loads given no `other`?")
+        lines.append(f"  {n_nan} elements are NaN: never written (outputs start as NaN), or computed from inf - inf, "
+                     "inf / inf or 0 / 0")
     for flat in flat_wrong[:max_listed].tolist():
         idx = _index(flat, tuple(got.shape))
         lines.append(f"  at {idx}: got {got64.flatten()[flat]:.6g}, expected {expected64.flatten()[flat]:.6g}")
     if n_wrong > max_listed:
         lines.append(f"  ... and {n_wrong - max_listed} more")
-    finite = error[~error.isnan()]
-    if finite.numel():
-        worst = int(torch.where(error.isnan(), -1.0, error).flatten().argmax())
-        lines.append(f"  largest error {float(finite.max()):.3g} at {_index(worst, tuple(got.shape))}")
+    measurable = wrong & ~error.isnan()  # a NaN answer has no size of error
+    if measurable.any():
+        worst = int(torch.where(measurable, error, -1.0).flatten().argmax())
+        lines.append(f"  largest error {float(error.flatten()[worst]):.3g} at {_index(worst, tuple(got.shape))}")
     lines += _pattern_hints(wrong)
     if show_picture and got.ndim == 2:
         show_error_map(name, wrong)
@@ -73,9 +74,18 @@ def _pattern_hints(wrong):
     cols = wrong.any(dim=0).nonzero().flatten().tolist()
     hints.append(f"  wrong rows: {_ranges(rows)}; wrong columns: {_ranges(cols)}")
     n_rows, n_cols = wrong.shape
-    if cols and min(cols) > 0 and max(cols) == n_cols - 1:
+    # Column 0 (row 0) is the one place whose address a wrong column (row) stride does not
+    # change; a wrong mask spoils a run of columns (rows) at the end of the last tile instead.
+    if n_cols > 2 and cols == list(range(1, n_cols)):
+        hints.append("  every column but column 0 is wrong: column 0 is the only one whose address does not "
+                     "depend on the column stride; is each column index multiplied by it (stride_x_col)?")
+    elif cols and min(cols) > 0 and cols == list(range(min(cols), n_cols)):
         hints.append("  only the last columns are wrong: check the mask at the end of each row")
-    if rows and min(rows) > 0 and max(rows) == n_rows - 1:
+    if n_rows > 2 and rows == list(range(1, n_rows)):
+        hints.append("  every row but row 0 is wrong: row 0 is the only one whose address does not depend on "
+                     "the row stride; is each row index multiplied by it (stride_x_row, not n_cols, which is "
+                     "the row stride of a contiguous tensor only)?")
+    elif rows and min(rows) > 0 and rows == list(range(min(rows), n_rows)):
         hints.append("  only the last rows are wrong: check the mask on the last tile of rows")
     return hints
 
@@ -106,12 +116,26 @@ def show_error_map(name, wrong):
 
 
 def run_student_code(name, fn, *args, **kwargs):
-    """Call the student's function; turn a crash into an ExerciseError that says so."""
-    try:
-        return fn(*args, **kwargs)
-    except ExerciseError:
-        raise
-    except Exception as error:  # the student's code may raise anything
-        message = str(error).strip().splitlines()
-        detail = message[-1] if message else ""
-        raise ExerciseError(f"{name}: your code raised {type(error).__name__}: {detail}") from error
+    """Call the student's function; turn a crash into an ExerciseError that says so.
+
+    Under Triton's interpreter its kernels run guarded (``course_lib.accesses``): a load or
+    store outside the launch's tensors stops the launch before it happens, the picture of
+    what each program touched is drawn, and the ExerciseError names the access.
+    """
+    from . import accesses
+
+    with accesses.guard_accesses(recording=True) as guard:
+        try:
+            result = fn(*args, **kwargs)
+        except ExerciseError:
+            raise
+        except Exception as error:  # the student's code may raise anything
+            if guard.violation is None:
+                message = str(error).strip().splitlines()
+                detail = message[-1] if message else ""
+                raise ExerciseError(f"{name}: your code raised {type(error).__name__}: {detail}") from error
+        if guard.violation is not None:  # raised, or caught and ignored by the student's code
+            accesses.draw_accesses(guard.launches[-1])
+            raise ExerciseError(f"{name}: {guard.violation}\n  (the picture above shows what each program read "
+                                "and wrote up to that access, out-of-bounds elements as red crosses)") from None
+        return result

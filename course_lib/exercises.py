@@ -76,6 +76,32 @@ def _run_quietly(name, fn, *args):
         return run_student_code(name, fn, *args)
 
 
+def _softmax_rows_hint(got, x):
+    """The usual mistake behind a wrong softmax_rows answer, or None."""
+    if not isinstance(got, torch.Tensor) or got.shape != x.shape:
+        return None
+    x64 = x.detach().to("cpu", torch.float64)
+    got64 = got.detach().to("cpu", torch.float64)
+    n_rows, n_cols = x64.shape
+    if not got64.isfinite().all() and (x64.abs().max() > 88):
+        return ("exp(x) overflows float32 to inf past x = 88, and inf / inf is NaN: subtract each row's maximum "
+                "before tl.exp (the softmax does not change, and the largest exponent becomes 0)")
+    pad = (1 << (n_cols - 1).bit_length()) - n_cols  # BLOCK_COLS is the next power of 2
+    if pad:
+        padded = torch.cat([x64, x64.new_zeros(n_rows, pad)], dim=1)
+        if _same(got, references.softmax(padded)[:, :n_cols], rtol=1e-5, atol=1e-6):
+            return ("the lanes past the end of each row count in the sum as exp(0 - max): load them with "
+                    "other=float('-inf'), so that exp gives 0 there")
+    block = 1
+    while block <= n_rows:  # the max and sum taken down each tile of `block` rows instead of along each row
+        down = torch.cat([torch.softmax(x64[start:start + block], dim=0) for start in range(0, n_rows, block)])
+        if block > 1 and _same(got, down, rtol=1e-5, atol=1e-6):
+            return (f"each column of every tile of {block} rows sums to 1, not each row: reduce along axis=1 "
+                    "(across a row), not axis=0 (down the tile)")
+        block *= 2
+    return None
+
+
 def check_softmax_rows(softmax_rows):
     """Exercise 2.1: ``softmax_rows(x)`` returns the softmax of each row of a 2-D float32 x."""
     name = "Exercise 2.1 (softmax_rows)"
@@ -86,7 +112,11 @@ def check_softmax_rows(softmax_rows):
         if scale > 1:
             what += f" with values up to ±{scale:g} (exp overflows to inf unless the row max is subtracted first)"
         got = _run_quietly(name, softmax_rows, x)
-        compare(what, got, references.softmax(x.double()), rtol=1e-5, atol=1e-6, show_picture=True)
+        try:
+            compare(what, got, references.softmax(x.double()), rtol=1e-5, atol=1e-6, show_picture=True)
+        except ExerciseError as error:
+            hint = _softmax_rows_hint(got, x)
+            raise ExerciseError(str(error) + (f"\n  hint: {hint}" if hint else "")) from None
     wide = torch.randn(12, 40, device=DEVICE)
     sliced = wide[:, :33]  # rows 40 elements apart in memory
     got = _run_quietly(name, softmax_rows, sliced)
