@@ -52,15 +52,24 @@ def print_rows(rows):
               f"(a copy of as many bytes {r['copy_same_bytes_frac']:.2f} C) {others}{memory}", flush=True)
 
 
+def row_key(row):
+    return row["kernel"], row["pass"], row["impl"], row["dtype"], tuple(row["shape"])
+
+
 def merge(paths, out=None):
     """One results file from the files of several runs on one GPU; each row records its
-    run's copy bandwidth, and the file the median of them."""
+    run's copy bandwidth, and the file the median of them. A row of a later file
+    replaces the row of an earlier one with the same kernel, pass, impl, dtype and shape."""
     documents = [json.loads(Path(path).read_text()) for path in paths]
     gpus = {(d["gpu"], d["torch"], d["triton"]) for d in documents}
     if len(gpus) != 1:
         raise SystemExit(f"--merge needs results of one GPU and one torch and triton, got {sorted(gpus)}")
-    rows = [dict(row, copy_gbps=d["copy_gbps"]) for d in documents for row in d["rows"]]
-    merged = dict(documents[0], copy_gbps=statistics.median(d["copy_gbps"] for d in documents), rows=rows)
+    rows = {}
+    for document in documents:
+        for row in document["rows"]:
+            rows[row_key(row)] = dict(row, copy_gbps=row.get("copy_gbps", document["copy_gbps"]))
+    rows = list(rows.values())
+    merged = dict(documents[0], copy_gbps=statistics.median(row["copy_gbps"] for row in rows), rows=rows)
     path = Path(out) if out else RESULTS_DIR / f"{gpu_slug(merged['gpu'])}.json"
     path.write_text(json.dumps(merged, indent=1) + "\n")
     return path

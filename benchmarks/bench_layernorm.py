@@ -8,7 +8,9 @@ row statistics are small.
 
 Beside float32 and bfloat16, the mixed-precision case: bfloat16 x with float32 weight and
 bias, as an autocast model feeds its LayerNorm; its rows' dtype reads "bfloat16 (float32
-params)".
+params)". torch takes that only under autocast (on a GPU its layer_norm refuses mixed
+dtypes otherwise), which runs it in float32 and returns float32: its rows are that, as an
+autocast training step runs it. course_lib returns bfloat16.
 """
 
 import torch
@@ -28,6 +30,11 @@ def torch_layernorm(x, weight, bias):
     return F.layer_norm(x, (x.shape[-1],), weight, bias)
 
 
+def torch_layernorm_autocast(x, weight, bias):
+    with torch.autocast("cuda", dtype=x.dtype):
+        return F.layer_norm(x, (x.shape[-1],), weight, bias)
+
+
 def _label(dtype, param_dtype):
     name = str(dtype).replace("torch.", "")
     return name if param_dtype == dtype else f"{name} ({str(param_dtype).replace('torch.', '')} params)"
@@ -43,12 +50,13 @@ def run(copy_gbps, shapes=SHAPES, dtypes=DTYPES, mixed=True):
             weight = torch.randn(shape[-1], device="cuda", dtype=param_dtype, requires_grad=True)
             bias = torch.randn(shape[-1], device="cuda", dtype=param_dtype, requires_grad=True)
             n_bytes = x.numel() * x.element_size()
-            impls = {"course_lib": layernorm, "torch": torch_layernorm, "torch.compile": fresh_compile(torch_layernorm)}
+            reference = torch_layernorm if param_dtype == dtype else torch_layernorm_autocast
+            impls = {"course_lib": layernorm, "torch": reference, "torch.compile": fresh_compile(reference)}
             for impl, fn in impls.items():
                 fwd, bwd = forward_backward_ms(fn, x, weight, bias)
                 rows.append(row("layernorm", "fwd", impl, label, shape, fwd, 2 * n_bytes, copy_gbps))
                 rows.append(row("layernorm", "bwd", impl, label, shape, bwd, 3 * n_bytes, copy_gbps))
             if shape in STEP_SHAPES:
-                rows += step_rows("layernorm", label, shape, layernorm, torch_layernorm, (x, weight, bias),
+                rows += step_rows("layernorm", label, shape, layernorm, reference, (x, weight, bias),
                                   5 * n_bytes, copy_gbps)
     return rows

@@ -70,6 +70,16 @@ def recall_batch(task, batch, generator, device="cpu"):
     return tokens.to(device), targets.to(device)
 
 
+def _with_float32_scores(coor_descent):
+    """colt5-attention's Triton router takes log k in the scores' dtype, which Triton
+    refuses for bfloat16 ("Expected dtype ['fp32', 'fp64'] but got bf16"): the smallest
+    change that lets a bfloat16 block run it gives it float32 scores, and returns the
+    routing weights in the scores' dtype."""
+    def float32_scores(s, **settings):
+        return coor_descent(s.float(), **settings).to(s.dtype)
+    return float32_scores
+
+
 class Colt5Block(nn.Module):
     """The colt5-attention package's routed attention and feed-forward, added as
     RoutedBlock adds its branches. Its queries are routed per window of the light
@@ -86,6 +96,12 @@ class Colt5Block(nn.Module):
             heavy_dim_head=dim_head, use_triton=use_triton,
         )
         self.ff = ConditionalRoutedFeedForward(dim, num_heavy_tokens=num_heavy_tokens, use_triton=use_triton)
+        if use_triton:
+            from colt5_attention.transformer_block import CoordinateDescentRouter
+
+            for router in self.modules():
+                if isinstance(router, CoordinateDescentRouter):
+                    router.coor_descent = _with_float32_scores(router.coor_descent)
 
     def forward(self, x, mask=None):
         x = x + self.attn(x)

@@ -144,6 +144,12 @@ def test_merge_keeps_each_runs_copy_bandwidth(tmp_path):
         ("softmax", 4000.0), ("layernorm", 4200.0), ("coor_descent", 4100.0)]
     assert merged["copy_gbps"] == 4100.0 and merged["gpu"] == "NVIDIA H200"
 
+    # A later run of a kernel replaces its rows, keeping the order and the other rows.
+    (tmp_path / "d.json").write_text(json.dumps(document(4300.0, "layernorm")))
+    merged = json.loads(merge([tmp_path / "merged.json", tmp_path / "d.json"], tmp_path / "again.json").read_text())
+    assert [(r["kernel"], r["copy_gbps"]) for r in merged["rows"]] == [
+        ("softmax", 4000.0), ("layernorm", 4300.0), ("coor_descent", 4100.0)]
+
     paths[1].write_text(json.dumps(document(4200.0, "layernorm", gpu="NVIDIA H100")))
     with pytest.raises(SystemExit, match="one GPU"):
         merge(paths, tmp_path / "merged.json")
