@@ -1,15 +1,22 @@
 # make test  — create/refresh .venv from requirements.txt, run unit tests and nbval on every notebook
-# make book  — build the HTML book into _build/html from the notebooks' stored outputs
+# make book  — build the HTML book into _build/html from the notebooks' stored outputs, then test it in a browser
+# make lab   — open the notebooks in JupyterLab from .venv
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 LATEST_VENV := .venv-triton-latest
+FLOOR_VENV := .venv-floor
 SUBMISSIONS ?= submissions
 NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 PYTEST := -p no:cacheprovider
 PYTEST_NBVAL := --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg --nbval-cell-timeout 600
+# The package's tests, for other torch and Triton releases: the instructor tools, the book
+# and the repository's own files need no particular Triton and are left to `make test`.
+PACKAGE_TESTS := tests --ignore=tests/test_instructor.py --ignore=tests/test_book.py \
+	--ignore=tests/test_repository.py --ignore=tests/test_install.py
 
-.PHONY: test test-unit test-notebooks test-triton-latest book student grade benchmarks gpu-wheels gpu-run clean
+.PHONY: test test-unit test-notebooks test-triton-latest test-floor book lab set-repository student grade benchmarks \
+	gpu-wheels gpu-run clean
 
 # A virtual environment is rebuilt whenever its pinned requirements change.
 $(BIN)/.installed: requirements.txt pyproject.toml
@@ -26,6 +33,15 @@ $(LATEST_VENV)/.installed: requirements-triton-latest.txt pyproject.toml
 	$(LATEST_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $@
 
+# The lowest torch and Triton that course_lib declares. course_lib is installed with its
+# dependencies, constrained to the floor's pins: a declared range that excludes them fails here.
+$(FLOOR_VENV)/.installed: requirements-floor.txt pyproject.toml
+	rm -rf $(FLOOR_VENV)
+	$(PYTHON) -m venv $(FLOOR_VENV)
+	$(FLOOR_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-floor.txt
+	$(FLOOR_VENV)/bin/pip install --quiet --disable-pip-version-check --no-build-isolation -c requirements-floor.txt -e .
+	touch $@
+
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest $(PYTEST) tests $(NOTEBOOKS) $(PYTEST_NBVAL)
 
@@ -38,11 +54,24 @@ test-notebooks: $(BIN)/.installed
 # The kernels on the newest Triton (block pointers are gone there); the instructor
 # tools need no particular Triton and are left to `make test`.
 test-triton-latest: $(LATEST_VENV)/.installed
-	$(LATEST_VENV)/bin/python -m pytest $(PYTEST) tests --ignore=tests/test_instructor.py
+	$(LATEST_VENV)/bin/python -m pytest $(PYTEST) $(PACKAGE_TESTS)
+
+test-floor: $(FLOOR_VENV)/.installed
+	$(FLOOR_VENV)/bin/python -m pytest $(PYTEST) $(PACKAGE_TESTS)
 
 book: $(BIN)/.installed
 	$(BIN)/python scripts/benchmarks_page.py
 	$(BIN)/jupyter-book build . --warningiserror --keep-going
+	$(BIN)/python -m pytest $(PYTEST) tests/test_book.py
+
+# LAB_ARGS passes options on, e.g. make lab LAB_ARGS="--no-browser --port 8890".
+lab: $(BIN)/.installed
+	$(BIN)/jupyter lab notebooks $(LAB_ARGS)
+
+# make set-repository URL=https://github.com/OWNER/NAME: the one place (_config.yml) and every
+# install line (notebooks' first cells, README.md, book/setup.md) at once.
+set-repository: $(BIN)/.installed
+	$(BIN)/python scripts/repository.py set "$(URL)"
 
 student: $(BIN)/.installed
 	$(BIN)/python -m course_lib.instructor student notebooks student
@@ -63,4 +92,4 @@ gpu-run:
 	bash scripts/gpu_run.sh .whl
 
 clean:
-	rm -rf _build student graded $(VENV) $(LATEST_VENV)
+	rm -rf _build build student graded $(VENV) $(LATEST_VENV) $(FLOOR_VENV)

@@ -1,4 +1,4 @@
-"""Run the benchmarks on the GPU and write benchmarks/results/<gpu>.json.
+"""Run the benchmarks on the GPU and write course_lib/results/<gpu>.json.
 
     python -m benchmarks                          # every kernel, writes the results file
     python -m benchmarks --only softmax,layernorm # some kernels; printed, written only with --out
@@ -78,7 +78,7 @@ def merge(paths, out=None):
 def main():
     parser = argparse.ArgumentParser(description="Benchmark course_lib against torch and torch.compile.")
     parser.add_argument("--only", help=f"comma-separated subset of {','.join(MODULES)}")
-    parser.add_argument("--out", help="results file (default: benchmarks/results/<gpu>.json when all run)")
+    parser.add_argument("--out", help="results file (default: course_lib/results/<gpu>.json when all run)")
     parser.add_argument("--merge", nargs="+", metavar="RESULTS", help="merge these results files instead of running")
     arguments = parser.parse_args()
     if arguments.merge:

@@ -2,7 +2,7 @@
 
 The targets are the design's (the README's issues state the same numbers): each applies
 to one kernel and pass, at some shapes, and bounds one measure of a row of
-``benchmarks/results/<gpu>.json``. Standard library only, so that the book's build
+``course_lib/results/<gpu>.json``. Standard library only, so that the book's build
 (``scripts/benchmarks_page.py``) can check the stored results without torch.
 
 Every check is made twice: on the benchmark's time (``ms``, do_bench's median, the one

@@ -19,7 +19,9 @@ import triton
 
 from .runtime import ON_GPU, gpu_name
 
-RESULTS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+# Inside the package, so that an installed course_lib (Colab, pip install) carries the
+# results its notebooks plot; pyproject.toml ships them as package data.
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
 def require_gpu(what="benchmarks"):
@@ -192,7 +194,7 @@ def add_copy_ceilings(rows, copy_gbps):
 
 
 def row(kernel, pass_, impl, dtype, shape, timings, n_bytes, copy_gbps):
-    """One result in the shape of benchmarks/results/<gpu>.json, from Timings.
+    """One result in the shape of course_lib/results/<gpu>.json, from Timings.
 
     ms, gbps and frac_of_copy come from median_ms, the benchmark's time; gpu_ms and
     gpu_frac_of_copy from the GPU's own time of the same calls (gpu_only_ms). ``bytes``
@@ -234,5 +236,19 @@ def write_results(rows, copy_gbps, path=None):
 
 
 def load_results(results_dir=RESULTS_DIR):
-    """Every stored results file, newest GPU name order: {file stem: document}."""
-    return {p.stem: json.loads(p.read_text()) for p in sorted(Path(results_dir).glob("*.json"))}
+    """Every stored results file, in file name order: {file stem: document}.
+
+    A folder without results raises, naming the folder: an empty answer would leave every
+    speed section of the notebooks silently empty."""
+    paths = sorted(Path(results_dir).glob("*.json"))
+    if not paths:
+        raise FileNotFoundError(
+            f"no benchmark results (*.json) in {results_dir}: course_lib was installed without its "
+            "results, or none were recorded; `python -m benchmarks` on a GPU records them there")
+    documents = {}
+    for path in paths:
+        try:
+            documents[path.stem] = json.loads(path.read_text())
+        except ValueError as error:
+            raise ValueError(f"{path}: not a benchmark results file ({error})") from error
+    return documents

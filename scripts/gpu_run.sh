@@ -4,7 +4,7 @@
 #   bash scripts/gpu_run.sh [WHEELS] [STEP...]   (WHEELS default .whl, made by scripts/gpu_wheels.sh)
 # STEPs, in this order by default: unit benchmarks profile execute nbval. A host that
 # limits the minutes of one command runs them a few at a time; "benchmarks" writes one
-# results file per kernel under the logs folder and merges them into benchmarks/results/.
+# results file per kernel under the logs folder and merges them into course_lib/results/.
 # Logs go to $GPU_RUN_LOGS (default gpu-run-logs/).
 set -euo pipefail
 cd "$(dirname "$0")/.."

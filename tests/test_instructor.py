@@ -355,7 +355,7 @@ def test_student_copy_fails_at_its_checkers_only(notebook, tmp_path, monkeypatch
     # The kernel inherits the environment and must import this checkout's course_lib.
     monkeypatch.setenv("PYTHONPATH", python_path_with_repo_root())
     # Graded copies sit in notebooks/ beside the repository's other folders, so paths
-    # relative to the notebook (such as ../benchmarks/results) resolve as in the repository.
+    # relative to the notebook resolve as in the repository.
     graded_dir = tmp_path / "notebooks"
     for sibling in REPO_ROOT.iterdir():
         if sibling.is_dir() and sibling.name not in {"notebooks", ".git"}:
