@@ -42,11 +42,12 @@ $(FLOOR_VENV)/.installed: requirements-floor.txt pyproject.toml
 	$(FLOOR_VENV)/bin/pip install --quiet --disable-pip-version-check --no-build-isolation -c requirements-floor.txt -e .
 	touch $@
 
+# The browser test of the built book runs in make book, after the build it checks.
 test: $(BIN)/.installed
-	$(BIN)/python -m pytest $(PYTEST) tests $(NOTEBOOKS) $(PYTEST_NBVAL)
+	$(BIN)/python -m pytest $(PYTEST) tests --ignore=tests/test_book.py $(NOTEBOOKS) $(PYTEST_NBVAL)
 
 test-unit: $(BIN)/.installed
-	$(BIN)/python -m pytest $(PYTEST) tests -m "not notebook_exec"
+	$(BIN)/python -m pytest $(PYTEST) tests --ignore=tests/test_book.py -m "not notebook_exec"
 
 test-notebooks: $(BIN)/.installed
 	$(BIN)/python -m pytest $(PYTEST) $(NOTEBOOKS) $(PYTEST_NBVAL)

@@ -65,8 +65,11 @@ def test_stored_results_have_the_documented_shape():
             # The GPU's own time is part of the benchmark's, but each is a median of its own
             # runs. Coordinate descent's eager reference is the exception: a Python loop of
             # hundreds of tiny kernels a call, whose GPU-alone time came out 1.16 and 1.41
-            # times do_bench's at 4 x 131072 on two H200 hosts. It says nothing there.
-            many_tiny_kernels = r["kernel"] == "coor_descent" and r["impl"] == "torch"
+            # times do_bench's at 4 x 131072 on two H200 hosts. It says nothing there. So
+            # for the routed blocks that run such a loop eagerly (the reference's router,
+            # colt5-attention's): 1.21 and 1.27 times at 8 x 2048 x 512 on an H200.
+            many_tiny_kernels = r["impl"] in ("torch", "colt5_attention") and r["kernel"] in ("coor_descent",
+                                                                                            "routed_block")
             assert 0 < r["gpu_ms"] and (many_tiny_kernels or r["gpu_ms"] <= 1.1 * r["ms"]), (name, r)
             assert r["gpu_frac_of_copy"] == pytest.approx(r["frac_of_copy"] * r["ms"] / r["gpu_ms"])
             if "bytes" in r:  # recorded since the copy ceilings were added
