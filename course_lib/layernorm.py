@@ -160,10 +160,13 @@ def layernorm_forward_looped_kernel(
     for col_start in tl.range(0, n_cols, BLOCK_COLS, num_stages=NUM_STAGES):
         cols = col_start + tl.arange(0, BLOCK_COLS)
         mask = row_mask[:, None] & (cols < n_cols)[None, :]
-        x = tl.load(x_row_ptrs + cols[None, :].to(tl.int64) * stride_x_col, mask=mask, other=0.0).to(tl.float32)
+        # Lanes outside the row load the shift itself, so x - shift is 0 there with no
+        # select (x's dtype holds the shift exactly: it is one of x's values).
+        x = tl.load(x_row_ptrs + cols[None, :].to(tl.int64) * stride_x_col, mask=mask,
+                    other=shift[:, None].to(x_ptr.dtype.element_ty)).to(tl.float32)
         if STABLE:
             row_max = tl.maximum(row_max, tl.max(tl.where(mask, x, float("-inf")), axis=1))
-        x = tl.where(mask, x - shift[:, None], 0.0)
+        x -= shift[:, None]
         seen = col_start * 1.0  # as a float
         tile_count = tl.minimum(n_cols - col_start, BLOCK_COLS) * 1.0
         tile_weight = tl.div_rn(tile_count, seen + tile_count)
