@@ -220,7 +220,6 @@ def make_student_copy(src_path: str | Path, dest_path: str | Path) -> Path:
     nbformat = _import_instructor_dependency("nbformat")
     src_path, dest_path = Path(src_path), Path(dest_path)
     notebook = nbformat.read(src_path, as_version=4)
-    _stamp(notebook, src_path.name)  # the ids by which grading finds the checker cells
 
     kept_cells = []
     for cell_index, cell in enumerate(notebook.cells):
@@ -244,6 +243,7 @@ def make_student_copy(src_path: str | Path, dest_path: str | Path) -> Path:
                 f"not tagged {SOLUTION_TAG!r}; tag it, or tag it {REMOVE_IN_STUDENT_TAG!r}"
             )
 
+    _stamp(notebook, src_path.name)  # the ids by which grading finds the checker cells
     notebook.cells = [cell for _, cell in kept_cells]
     dest_path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(notebook, dest_path)
