@@ -18,6 +18,7 @@ from course_lib.instructor import (
     make_student_copies,
     make_student_copy,
     nbgrader_metadata,
+    stamp_exercise_metadata,
     write_csv,
 )
 
@@ -260,7 +261,9 @@ def write_release(folder, *extra_exercises):
     cells = [new_code_cell(CHECKER_DEFINITION), *exercise("1.1", ANSWER, "check_x(answer())")]
     for cells_of_exercise in extra_exercises:
         cells += cells_of_exercise
-    return write_notebook(folder / "lesson.ipynb", cells)
+    path = write_notebook(folder / "lesson.ipynb", cells)
+    stamp_exercise_metadata([path])  # as the course's notebooks are
+    return path
 
 
 def returned(release_path, folder, name, edit=None, solved=False):
@@ -344,6 +347,7 @@ def test_hidden_inputs_defeat_answers_recorded_from_the_visible_check(tmp_path):
         new_code_cell("from course_lib import exercises\nimport torch"),
         *exercise("1.1", recorded_answers, "exercises.check_scale_columns(scale_columns)"),
     ])
+    stamp_exercise_metadata([release])
     path = returned(release, tmp_path / "returned", "recorded.ipynb", solved=True)
 
     assert grade_one(tmp_path, path, timeout=120).checkers[0].passed  # no seed: the visible inputs
@@ -412,12 +416,12 @@ EXAMPLE_GRADE = NotebookGrade(
 def test_format_table_lines_up_checkers_by_name():
     other = NotebookGrade(notebook="other.ipynb", problem="matches no notebook of the release")
     assert format_table([EXAMPLE_GRADE, other]).splitlines() == [
-        "notebook       score  check_x  check_x#2  check_y  checker cells changed               "
+        "notebook       score  check_x  check_x#2  check_y  checker cells changed                "
         "errors outside checkers",
-        "-------------  -----  -------  ---------  -------  ----------------------------------  " + "-" * 59,
+        "-------------  -----  -------  ---------  -------  -----------------------------------  " + "-" * 60,
         "example.ipynb  1/3    ✓        ✗          ✗        edited: check_x#2; missing: check_y  "
         "cell 5: ZeroDivisionError: division by zero; the kernel died",
-        "other.ipynb    0/0                                                                     "
+        "other.ipynb    0/0                                                                      "
         "matches no notebook of the release",
     ]
 
