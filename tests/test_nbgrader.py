@@ -19,7 +19,12 @@ ASSIGNMENT = "chapter1"
 
 
 def nbgrader(course, *arguments):
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+    environment = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
+        # nbgrader runs the `alembic` command of its environment
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    }
     completed = subprocess.run(
         [sys.executable, "-m", "nbgrader", *arguments, f"--CourseDirectory.root={course}",
          "--ExecutePreprocessor.timeout=600"],
