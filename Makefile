@@ -7,6 +7,8 @@ BIN := $(VENV)/bin
 LATEST_VENV := .venv-triton-latest
 FLOOR_VENV := .venv-floor
 SUBMISSIONS ?= submissions
+# The seed of the checkers' hidden inputs when grading; empty: a new one, printed.
+SEED ?=
 NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 PYTEST := -p no:cacheprovider
 PYTEST_NBVAL := --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg --nbval-cell-timeout 600
@@ -79,7 +81,7 @@ student: $(BIN)/.installed
 
 grade: $(BIN)/.installed
 	mkdir -p graded
-	$(BIN)/python -m course_lib.instructor grade $(SUBMISSIONS) --out graded/scores.csv
+	$(BIN)/python -m course_lib.instructor grade $(SUBMISSIONS) --release notebooks --out graded/scores.csv $(if $(SEED),--seed $(SEED))
 
 benchmarks: $(BIN)/.installed
 	$(BIN)/python -m benchmarks

@@ -6,6 +6,9 @@ by how much, and where, with an optional picture of the wrong elements for 2-D
 answers.
 """
 
+import contextlib
+import sys
+
 import torch
 
 
@@ -139,3 +142,29 @@ def run_student_code(name, fn, *args, **kwargs):
             raise ExerciseError(f"{name}: {guard.violation}\n  (the picture above shows what each program read "
                                 "and wrote up to that access, out-of-bounds elements as red crosses)") from None
         return result
+
+
+def _refuse_to_answer(*args, **kwargs):
+    raise NotImplementedError(
+        "this exercise asks for the formula itself: a function of course_lib.references "
+        "that answers it outright may not be called")
+
+
+@contextlib.contextmanager
+def refusing_calls(function):
+    """Make ``function`` raise while the block runs, under whatever name the student's
+    code reaches it: its code object is swapped, so aliases such as
+    ``from course_lib.references import softmax_backward`` are caught too. The copy in
+    ``sys.modules`` under ``course_lib.<module>`` is refused as well, since a grader may
+    have loaded the checkers apart from the package the notebook imported."""
+    module_name = "course_lib." + function.__module__.rsplit(".", 1)[-1]
+    twin = getattr(sys.modules.get(module_name), function.__name__, None)
+    functions = {id(f): f for f in (function, twin) if hasattr(f, "__code__")}.values()
+    saved = [(f, f.__code__) for f in functions]
+    try:
+        for f, _ in saved:
+            f.__code__ = _refuse_to_answer.__code__
+        yield
+    finally:
+        for f, code in saved:
+            f.__code__ = code

@@ -9,7 +9,7 @@ import math
 import torch
 
 from . import references
-from .checking import ExerciseError, compare, run_student_code
+from .checking import ExerciseError, compare, refusing_calls, run_student_code
 from .runtime import DEVICE
 
 # ------------------------------------------------------------- chapter 1: weighted sum
@@ -40,7 +40,8 @@ def check_weighted_sum_grads(weighted_sum_grads):
         x = torch.randn(shape, dtype=torch.float64)
         w = torch.randn(shape[-1], dtype=torch.float64)
         grad_y = torch.randn(shape[:-1], dtype=torch.float64)
-        with torch.no_grad():  # the answer must come from the formulas, not from autograd
+        # the answer must come from the formulas, not from autograd or the reference
+        with torch.no_grad(), refusing_calls(references.weighted_sum_backward):
             result = run_student_code(name, weighted_sum_grads, x, w, grad_y)
         if not (isinstance(result, tuple) and len(result) == 2):
             raise ExerciseError(f"{name}: return a tuple (grad_x, grad_w), got {type(result).__name__}")
@@ -196,7 +197,8 @@ def check_softmax_grad(softmax_grad):
         y = references.causal_softmax(x) if causal else references.softmax(x)
         grad_y = torch.randn(shape, dtype=torch.float64)
         (expected,) = torch.autograd.grad(y, x, grad_y)
-        with torch.no_grad():  # the answer must come from the formula, not from autograd
+        # the answer must come from the formula, not from autograd or the reference
+        with torch.no_grad(), refusing_calls(references.softmax_backward):
             got = run_student_code(name, softmax_grad, y.detach(), grad_y)
         kind = "causal " if causal else ""
         compare(f"{name}, {kind}y of shape {shape} (sum over the last dimension, keeping it)",

@@ -18,8 +18,11 @@ def test_scale_columns_checker(capsys):
 
 
 def test_weighted_sum_grads_checker(capsys):
-    exercises.check_weighted_sum_grads(references.weighted_sum_backward)
+    exercises.check_weighted_sum_grads(
+        lambda x, w, g: (g[..., None] * w, (x * g[..., None]).reshape(-1, x.shape[-1]).sum(0)))
     assert capsys.readouterr().out.startswith("Exercise 1.2 passed")
+    with pytest.raises(ExerciseError, match="answers it outright may not be called"):
+        exercises.check_weighted_sum_grads(lambda x, w, g: references.weighted_sum_backward(x, w, g))
     with pytest.raises(ExerciseError, match="grad_w"):
         exercises.check_weighted_sum_grads(lambda x, w, g: (g[..., None] * w, x.reshape(-1, x.shape[-1]).sum(0)))
     with pytest.raises(ExerciseError, match="return a tuple"):
@@ -74,8 +77,13 @@ def test_causal_mask_checker(capsys):
 
 
 def test_softmax_grad_checker(capsys):
-    exercises.check_softmax_grad(references.softmax_backward)
+    exercises.check_softmax_grad(lambda y, g: y * (g - (y * g).sum(dim=-1, keepdim=True)))
     assert capsys.readouterr().out.startswith("Exercise 2.3 passed")
+    from course_lib.references import softmax_backward  # an alias is refused too
+
+    with pytest.raises(ExerciseError, match="answers it outright may not be called"):
+        exercises.check_softmax_grad(softmax_backward)
+    assert softmax_backward(torch.ones(2), torch.ones(2)).tolist() == [-1.0, -1.0]  # and works again after
     with pytest.raises(ExerciseError, match="y of shape"):  # the sum of grad_y alone, not of y * grad_y
         exercises.check_softmax_grad(lambda y, g: y * (g - g.sum(dim=-1, keepdim=True)))
     with pytest.raises(ExerciseError, match="raised RuntimeError"):  # forgot keepdim: shapes do not broadcast

@@ -11,11 +11,14 @@ from course_lib.instructor import (
     CellError,
     CheckerResult,
     NotebookGrade,
+    exercise_cells,
     format_table,
     grade_folder,
-    grade_notebook,
+    load_release,
     make_student_copies,
     make_student_copy,
+    nbgrader_metadata,
+    stamp_exercise_metadata,
     write_csv,
 )
 
@@ -66,6 +69,7 @@ def solution_cell(source=SOLUTION_SOURCE, tags=("solution", "hide-input")):
 
 
 def write_notebook(path, cells):
+    path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(notebook_v4.new_notebook(cells=cells), path)
     return path
 
@@ -75,8 +79,9 @@ def read_cells(path):
 
 
 def student_copy_of(tmp_path, cells):
-    source = write_notebook(tmp_path / "lesson.ipynb", cells)
-    return read_cells(make_student_copy(source, tmp_path / "student" / "lesson.ipynb"))
+    """The student copy's cells after the exercise heading, which comes first as cell 0."""
+    source = write_notebook(tmp_path / "lesson.ipynb", [new_markdown_cell("### Exercise 1.1: a task"), *cells])
+    return read_cells(make_student_copy(source, tmp_path / "student" / "lesson.ipynb"))[1:]
 
 
 # --- student copies -----------------------------------------------------------------
@@ -130,7 +135,7 @@ def test_cells_tagged_remove_in_student_are_dropped(tmp_path):
 )
 def test_malformed_markers_raise_naming_notebook_and_cell(tmp_path, source, problem):
     cells = [new_markdown_cell("Intro"), solution_cell(source)]
-    with pytest.raises(ValueError, match="lesson.ipynb, cell 1") as raised:
+    with pytest.raises(ValueError, match="lesson.ipynb, cell 2") as raised:
         student_copy_of(tmp_path, cells)
     assert problem in str(raised.value)
     assert not (tmp_path / "student" / "lesson.ipynb").exists()
@@ -138,7 +143,7 @@ def test_malformed_markers_raise_naming_notebook_and_cell(tmp_path, source, prob
 
 def test_markers_in_a_cell_not_tagged_solution_raise(tmp_path):
     forgot_the_tag = new_code_cell("# BEGIN SOLUTION\nanswer = 42\n# END SOLUTION")
-    with pytest.raises(ValueError, match="lesson.ipynb, cell 0: .* not tagged 'solution'"):
+    with pytest.raises(ValueError, match="lesson.ipynb, cell 1: .* not tagged 'solution'"):
         student_copy_of(tmp_path, [forgot_the_tag])
 
 
@@ -146,7 +151,7 @@ def test_student_copies_cover_the_notebooks_of_the_folder_only(tmp_path):
     source_dir = tmp_path / "notebooks"
     (source_dir / "nested").mkdir(parents=True)
     for path in [source_dir / "01_a.ipynb", source_dir / "02_b.ipynb"]:
-        write_notebook(path, [solution_cell()])
+        write_notebook(path, [new_markdown_cell("### Exercise 1.1: a task"), solution_cell()])
     write_notebook(source_dir / "nested" / "03_c.ipynb", [solution_cell()])
     (source_dir / "notes.txt").write_text("not a notebook")
 
@@ -180,102 +185,257 @@ def test_module_imports_without_instructor_dependencies():
     )
 
 
-# --- grading ------------------------------------------------------------------------
+# --- exercise ids and nbgrader's metadata --------------------------------------------
 
-CHECKER_DEFINITION = "def check_x(v):\n    if v != 2:\n        raise ValueError('x is wrong')"
+
+def exercise(number, solution_source, checker_source):
+    """An exercise's three cells: statement, solution, checker."""
+    return [
+        new_markdown_cell(f"### Exercise {number}: a task"),
+        solution_cell(solution_source),
+        checker_cell(checker_source),
+    ]
 
 
 def checker_cell(source):
     return new_code_cell(source, metadata={"tags": ["checker"]})
 
 
-def write_graded_example(folder):
-    """A notebook with one passing and one failing checker and one other cell raising."""
-    (folder / "data.txt").write_text("2")
-    return write_notebook(
-        folder / "example.ipynb",
-        [
-            new_code_cell(CHECKER_DEFINITION),  # 0
-            new_code_cell("x = int(open('data.txt').read())"),  # 1: relative to the notebook
-            new_markdown_cell("### Exercise 1.1: x"),  # 2
-            checker_cell("check_x(x)"),  # 3
-            checker_cell("check_x(x + 1)"),  # 4
-            new_code_cell("1 / 0"),  # 5
-            checker_cell("print('after the error')\ncheck_x(x)"),  # 6
-        ],
+def test_exercise_cells_get_ids_from_their_exercise_number(tmp_path):
+    notebook = notebook_v4.new_notebook(cells=[
+        new_code_cell("x = 1"),
+        *exercise("2.3", "def f():\n    # BEGIN SOLUTION\n    return 1\n    # END SOLUTION", "check(f)"),
+    ])
+    assert [(cell.cell_index, cell.grade_id) for cell in exercise_cells(notebook, "lesson.ipynb")] == [
+        (1, "exercise_2_3_task"), (2, "exercise_2_3_solution"), (3, "exercise_2_3_checker")]
+
+
+def test_a_checker_before_any_exercise_heading_is_an_error(tmp_path):
+    notebook = notebook_v4.new_notebook(cells=[checker_cell("check(f)")])
+    with pytest.raises(ValueError, match="lesson.ipynb, cell 0: a checker cell before any"):
+        exercise_cells(notebook, "lesson.ipynb")
+
+
+@pytest.mark.parametrize("notebook", COURSE_NOTEBOOKS, ids=lambda path: path.name)
+def test_course_exercise_cells_carry_nbgrader_metadata(notebook):
+    # After a new exercise: python -m course_lib.instructor stamp notebooks/*.ipynb
+    read = nbformat.read(notebook, as_version=4)
+    cells = exercise_cells(read, notebook.name)
+    assert sum(cell.role == "checker" for cell in cells) >= 3
+    for cell in cells:
+        assert read.cells[cell.cell_index].metadata.get("nbgrader") == nbgrader_metadata(cell.role, cell.grade_id)
+
+
+def _solution_lines(source):
+    """The lines between the markers of a solution cell, stripped."""
+    lines, inside = [], False
+    for line in source.split("\n"):
+        if line.strip() in ("# BEGIN SOLUTION", "# END SOLUTION"):
+            inside = line.strip() == "# BEGIN SOLUTION"
+        elif inside and line.strip():
+            lines.append(line.strip())
+    return lines
+
+
+@pytest.mark.parametrize("notebook", COURSE_NOTEBOOKS, ids=lambda path: path.name)
+def test_no_student_copy_holds_an_answer_elsewhere(notebook, tmp_path):
+    """Most lines of an answer printed in another cell would give the exercise away."""
+    answers = [_solution_lines(cell.source) for cell in read_cells(notebook) if "solution" in cell.metadata.get("tags", [])]
+    student_text = {line.strip() for cell in read_cells(make_student_copy(notebook, tmp_path / notebook.name))
+                    for line in cell.source.split("\n")}
+    for answer in answers:
+        distinctive = [line for line in answer if len(line) > 20]
+        found = [line for line in distinctive if line in student_text]
+        assert len(found) <= len(distinctive) // 3, f"a student copy prints these lines of an answer: {found}"
+
+
+# --- grading ------------------------------------------------------------------------
+
+CHECKER_DEFINITION = "def check_x(v):\n    if v != 2:\n        raise ValueError('x is wrong')"
+ANSWER = "def answer():\n    # BEGIN SOLUTION\n    return 2\n    # END SOLUTION"
+
+
+def write_release(folder, *extra_exercises):
+    """A released notebook with one exercise (and any more given), and its student copy."""
+    folder.mkdir(parents=True, exist_ok=True)
+    cells = [new_code_cell(CHECKER_DEFINITION), *exercise("1.1", ANSWER, "check_x(answer())")]
+    for cells_of_exercise in extra_exercises:
+        cells += cells_of_exercise
+    path = write_notebook(folder / "lesson.ipynb", cells)
+    stamp_exercise_metadata([path])  # as the course's notebooks are
+    return path
+
+
+def returned(release_path, folder, name, edit=None, solved=False):
+    """A return made from the release (solved) or from its student copy, then edited."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    if solved:
+        shutil.copy(release_path, path)
+    else:
+        make_student_copy(release_path, path)
+    if edit is not None:
+        notebook = nbformat.read(path, as_version=4)
+        edit(notebook)
+        nbformat.write(notebook, path)
+    return path
+
+
+def grade_one(tmp_path, path, **options):
+    (grade,) = grade_folder(path.parent, tmp_path / "release", **options)
+    return grade
+
+
+def test_checkers_come_from_the_release_and_tampering_is_reported(tmp_path):
+    release = write_release(tmp_path / "release")
+
+    def edit_checker(notebook):
+        notebook.cells[3].source = "pass"
+
+    def delete_checker(notebook):
+        del notebook.cells[3]
+
+    def solve_then_break(notebook):
+        notebook.cells[2].source = "def answer():\n    return 2"
+        notebook.cells.append(new_code_cell("1 / 0"))
+
+    submissions = tmp_path / "returned"
+    returned(release, submissions, "a_edited.ipynb", edit_checker)
+    returned(release, submissions, "b_deleted.ipynb", delete_checker)
+    returned(release, submissions, "c_solved.ipynb", solve_then_break)
+
+    edited, deleted, solved = grade_folder(submissions, tmp_path / "release", timeout=60)
+
+    assert edited.checkers == [CheckerResult("exercise_1_1_checker", "check_x", False,
+                                             "ValueError: x is wrong", "edited")]
+    assert deleted.checkers == [CheckerResult("exercise_1_1_checker", "check_x", False,
+                                              "ValueError: x is wrong", "missing")]
+    assert solved.checkers == [CheckerResult("exercise_1_1_checker", "check_x", True, None, "as released")]
+    assert solved.errored_cells == [CellError(cell_index=4, error="ZeroDivisionError: division by zero")]
+    assert (edited.release, solved.score) == ("lesson.ipynb", "1/1")
+
+
+def test_a_monkeypatched_exercises_module_has_no_effect(tmp_path):
+    release = write_notebook(tmp_path / "release" / "lesson.ipynb", [
+        new_code_cell("from course_lib import exercises\nimport torch"),
+        *exercise("1.1", "def scale_columns(x, w):\n    # BEGIN SOLUTION\n    return x * w\n    # END SOLUTION",
+                  "exercises.check_scale_columns(scale_columns)"),
+    ])
+
+    def patch_checkers(notebook):
+        notebook.cells.insert(1, new_code_cell(
+            "import sys\nfor module in (exercises, sys.modules['course_lib.exercises']):\n"
+            "    module.check_scale_columns = lambda answer: print('Exercise 1.1 passed')"))
+
+    grade = grade_one(tmp_path, returned(release, tmp_path / "returned", "patched.ipynb", patch_checkers), timeout=120)
+    assert not grade.checkers[0].passed
+    assert grade.checkers[0].error.startswith("ExerciseError: Exercise 1.1 (scale_columns)")
+
+
+def test_hidden_inputs_defeat_answers_recorded_from_the_visible_check(tmp_path):
+    recorded_answers = (
+        "def scale_columns(x, w):\n"
+        "    # BEGIN SOLUTION\n"
+        "    return answers.get(x.numpy().tobytes())\n"
+        "    # END SOLUTION\n\n\n"
+        "answers = {}\n"
+        "torch.manual_seed(0)  # the inputs the visible check will draw, answered once with the formula\n"
+        "exercises.check_scale_columns(lambda x, w: answers.setdefault(x.numpy().tobytes(), x * w))\n"
+        "torch.manual_seed(0)"
     )
+    release = write_notebook(tmp_path / "release" / "lesson.ipynb", [
+        new_code_cell("from course_lib import exercises\nimport torch"),
+        *exercise("1.1", recorded_answers, "exercises.check_scale_columns(scale_columns)"),
+    ])
+    stamp_exercise_metadata([release])
+    path = returned(release, tmp_path / "returned", "recorded.ipynb", solved=True)
+
+    assert grade_one(tmp_path, path, timeout=120).checkers[0].passed  # no seed: the visible inputs
+    hidden = grade_one(tmp_path, path, timeout=120, seed=12345)
+    assert not hidden.checkers[0].passed
+    assert "got None" in hidden.checkers[0].error
+
+
+def test_a_kernel_dying_inside_a_checker_fails_it(tmp_path):
+    release = write_release(tmp_path / "release")
+
+    def die_in_the_answer(notebook):
+        notebook.cells[2].source = "def answer():\n    import os\n    print('Exercise 1.1 passed')\n    os._exit(0)"
+
+    grade = grade_one(tmp_path, returned(release, tmp_path / "returned", "dies.ipynb", die_in_the_answer), timeout=60)
+    assert not grade.checkers[0].passed
+    assert grade.checkers[0].error == "did not finish: the kernel died"
+
+
+def test_a_notebook_that_ignores_interrupts_is_killed_at_its_wall_clock_limit(tmp_path):
+    release = write_release(tmp_path / "release")
+
+    def hang(notebook):
+        notebook.cells.insert(1, new_code_cell(
+            "import time\nwhile True:\n    try:\n        time.sleep(0.1)\n    except KeyboardInterrupt:\n        pass"))
+
+    path = returned(release, tmp_path / "returned", "hangs.ipynb", hang)
+    grade = grade_one(tmp_path, path, timeout=2, notebook_timeout=20)
+    assert grade.problem == "stopped after 20 s, the limit for one notebook"
+    assert grade.checkers[0].error == "did not finish: stopped after 20 s, the limit for one notebook"
+
+
+def test_unreadable_files_get_a_row_and_the_rest_is_graded(tmp_path):
+    release = write_release(tmp_path / "release")
+    submissions = tmp_path / "returned"
+    returned(release, submissions, "b_good.ipynb", solved=True)
+    (submissions / "a_truncated_lesson.ipynb").write_text(release.read_text()[:300])
+    (submissions / "c_not_a_notebook.ipynb").write_text('{"a": 1}')
+    seen = []
+
+    grades = grade_folder(submissions, tmp_path / "release", timeout=60,
+                          on_graded=lambda so_far: seen.append([grade.notebook for grade in so_far]))
+
+    truncated, good, other = grades
+    assert truncated.release == "lesson.ipynb"  # matched by its name: its checkers fail, saying why
+    assert truncated.checkers[0].error.startswith("not a readable notebook: NotJSONError")
+    assert good.score == "1/1"
+    assert other.release is None and other.problem.startswith("not a readable notebook")
+    assert seen == [["a_truncated_lesson.ipynb"], ["a_truncated_lesson.ipynb", "b_good.ipynb"],
+                    ["a_truncated_lesson.ipynb", "b_good.ipynb", "c_not_a_notebook.ipynb"]]
 
 
 EXAMPLE_GRADE = NotebookGrade(
     notebook="example.ipynb",
+    release="lesson.ipynb",
     checkers=[
-        CheckerResult(cell_index=3, label="check_x", passed=True, error=None),
-        CheckerResult(cell_index=4, label="check_x", passed=False, error="ValueError: x is wrong"),
-        CheckerResult(cell_index=6, label="check_x", passed=True, error=None),
+        CheckerResult("exercise_1_1_checker", "check_x", True),
+        CheckerResult("exercise_1_2_checker", "check_x", False, "ValueError: x is wrong", "edited"),
+        CheckerResult("exercise_1_3_checker", "check_y", False, "did not finish: the kernel died", "missing"),
     ],
     errored_cells=[CellError(cell_index=5, error="ZeroDivisionError: division by zero")],
+    problem="the kernel died",
 )
 
 
-def test_grade_notebook_reports_each_checker_and_other_errors(tmp_path, monkeypatch):
-    notebook = write_graded_example(tmp_path)
-    monkeypatch.chdir(tmp_path.parent)
-    grade = grade_notebook(notebook, timeout=60)
-    assert grade == EXAMPLE_GRADE
-    assert grade.score == "2/3"
-
-
-def test_checkers_the_kernel_never_reached_fail_despite_old_outputs(tmp_path):
-    stale_pass = checker_cell("check_x(2)")
-    stale_pass.execution_count = 2
-    stale_pass.outputs = [new_output("stream", name="stdout", text="Exercise 1.1 passed\n")]
-    notebook = write_notebook(
-        tmp_path / "crash.ipynb",
-        [new_code_cell(CHECKER_DEFINITION), new_code_cell("import os\nos._exit(1)"), stale_pass],
-    )
-
-    grade = grade_notebook(notebook, timeout=60)
-
-    (checker,) = grade.checkers
-    assert grade.aborted.startswith("DeadKernelError")
-    assert not checker.passed
-    assert checker.error.startswith("not run (DeadKernelError")
-
-
-def test_grade_folder_grades_every_notebook_in_name_order(tmp_path):
-    write_graded_example(tmp_path)
-    write_notebook(tmp_path / "a_first.ipynb", [checker_cell("assert True")])
-    grades = grade_folder(tmp_path, timeout=60)
-    assert [grade.notebook for grade in grades] == ["a_first.ipynb", "example.ipynb"]
-    assert grades[0].checkers == [
-        CheckerResult(cell_index=0, label="cell 0", passed=True, error=None)
-    ]
-
-
 def test_format_table_lines_up_checkers_by_name():
-    other = NotebookGrade(
-        notebook="other.ipynb",
-        checkers=[CheckerResult(cell_index=1, label="check_y", passed=False, error="E: e")],
-        aborted="DeadKernelError: Kernel died",
-    )
+    other = NotebookGrade(notebook="other.ipynb", problem="matches no notebook of the release")
     assert format_table([EXAMPLE_GRADE, other]).splitlines() == [
-        "notebook       score  check_x  check_x#2  check_x#3  check_y  errors outside checkers",
-        "-------------  -----  -------  ---------  ---------  -------  " + "-" * 43,
-        "example.ipynb  2/3    ✓        ✗          ✓                   "
-        "cell 5: ZeroDivisionError: division by zero",
-        "other.ipynb    0/1                                   ✗        "
-        "aborted: DeadKernelError: Kernel died",
+        "notebook       score  check_x  check_x#2  check_y  checker cells changed                "
+        "errors outside checkers",
+        "-------------  -----  -------  ---------  -------  -----------------------------------  " + "-" * 60,
+        "example.ipynb  1/3    ✓        ✗          ✗        edited: check_x#2; missing: check_y  "
+        "cell 5: ZeroDivisionError: division by zero; the kernel died",
+        "other.ipynb    0/0                                                                      "
+        "matches no notebook of the release",
     ]
 
 
-def test_write_csv_has_one_row_per_checker(tmp_path):
-    out = write_csv([EXAMPLE_GRADE], tmp_path / "graded" / "scores.csv")
+def test_write_csv_has_one_row_per_checker_of_the_release(tmp_path):
+    other = NotebookGrade(notebook="other.ipynb", problem="matches no notebook of the release")
+    out = write_csv([EXAMPLE_GRADE, other], tmp_path / "graded" / "scores.csv")
     with out.open(newline="") as csv_file:
         assert list(csv.reader(csv_file)) == [
-            ["notebook", "checker", "passed", "error"],
-            ["example.ipynb", "check_x", "1", ""],
-            ["example.ipynb", "check_x#2", "0", "ValueError: x is wrong"],
-            ["example.ipynb", "check_x#3", "1", ""],
+            ["notebook", "checker", "passed", "error", "checker_cell", "release"],
+            ["example.ipynb", "check_x", "1", "", "as released", "lesson.ipynb"],
+            ["example.ipynb", "check_x#2", "0", "ValueError: x is wrong", "edited", "lesson.ipynb"],
+            ["example.ipynb", "check_y", "0", "did not finish: the kernel died", "missing", "lesson.ipynb"],
+            ["other.ipynb", "", "0", "matches no notebook of the release", "", ""],
         ]
 
 
@@ -300,15 +460,7 @@ def run_cli(*arguments, cwd):
 
 def test_cli_makes_student_copies_and_grades_them(tmp_path):
     source_dir = tmp_path / "notebooks"
-    source_dir.mkdir()
-    write_notebook(
-        source_dir / "lesson.ipynb",
-        [
-            new_code_cell(CHECKER_DEFINITION),
-            solution_cell("def answer():\n    # BEGIN SOLUTION\n    return 2\n    # END SOLUTION"),
-            checker_cell("check_x(answer())"),
-        ],
-    )
+    write_release(source_dir)
 
     student = run_cli("student", source_dir, tmp_path / "student", cwd=tmp_path)
     assert student.returncode == 0, student.stderr
@@ -316,18 +468,20 @@ def test_cli_makes_student_copies_and_grades_them(tmp_path):
 
     submissions = tmp_path / "student"
     shutil.copy(source_dir / "lesson.ipynb", submissions / "instructor.ipynb")
-    graded = run_cli("grade", submissions, "--out", tmp_path / "graded/scores.csv", cwd=tmp_path)
+    graded = run_cli("grade", submissions, "--release", source_dir, "--seed", "7",
+                     "--out", tmp_path / "graded/scores.csv", cwd=tmp_path)
 
     assert graded.returncode == 0, graded.stderr
+    assert "seed 7" in graded.stderr
     table = graded.stdout.splitlines()
-    assert table[0].split() == ["notebook", "score", "check_x", "errors", "outside", "checkers"]
+    assert table[0].split()[:3] == ["notebook", "score", "check_x"]
     assert table[2].split() == ["instructor.ipynb", "1/1", "✓"]
     assert table[3].split() == ["lesson.ipynb", "0/1", "✗"]
     with (tmp_path / "graded" / "scores.csv").open(newline="") as csv_file:
         rows = list(csv.reader(csv_file))
     assert rows[1:] == [
-        ["instructor.ipynb", "check_x", "1", ""],
-        ["lesson.ipynb", "check_x", "0", "ValueError: x is wrong"],
+        ["instructor.ipynb", "check_x", "1", "", "as released", "lesson.ipynb"],
+        ["lesson.ipynb", "check_x", "0", "ValueError: x is wrong", "as released", "lesson.ipynb"],
     ]
 
 
@@ -336,7 +490,8 @@ def test_cli_fails_only_for_tool_errors(tmp_path, make_folder):
     folder = tmp_path / "returned"
     if make_folder:
         folder.mkdir()
-    graded = run_cli("grade", folder, cwd=tmp_path)
+    write_release(tmp_path / "release")
+    graded = run_cli("grade", folder, "--release", tmp_path / "release", cwd=tmp_path)
     assert graded.returncode != 0
     assert str(folder) in graded.stderr
 
@@ -344,30 +499,73 @@ def test_cli_fails_only_for_tool_errors(tmp_path, make_folder):
 # --- the course notebooks -----------------------------------------------------------
 
 
+def graded_folder_beside_the_repository(tmp_path):
+    """A notebooks/ folder whose siblings are the repository's, so that paths relative to
+    a notebook (such as ../benchmarks/results) resolve as in the repository."""
+    for sibling in REPO_ROOT.iterdir():
+        if sibling.is_dir() and sibling.name not in {"notebooks", ".git"}:
+            (tmp_path / sibling.name).symlink_to(sibling, target_is_directory=True)
+    return tmp_path / "notebooks"
+
+
+CHAPTER_1 = REPO_ROOT / "notebooks" / "01_weighted_sum.ipynb"
+
+
+@pytest.mark.notebook_exec
+def test_the_five_returns_of_chapter_1_score_3_0_0_0_0(tmp_path, monkeypatch):
+    """The instructor's notebook, the student copy, the copy with its checker cells
+    replaced by `pass`, with every exercises.check_* made a no-op, and without checker cells."""
+    # The kernel inherits the environment and must import this checkout's course_lib.
+    monkeypatch.setenv("PYTHONPATH", python_path_with_repo_root())
+
+    def checkers_pass(notebook):
+        for cell in notebook.cells:
+            if "checker" in cell.metadata.get("tags", []):
+                cell.source = "pass"
+
+    def checkers_no_op(notebook):
+        notebook.cells.insert(3, new_code_cell(
+            "from course_lib import exercises\nfor name in dir(exercises):\n    if name.startswith('check_'):\n"
+            "        setattr(exercises, name, lambda *args, **kwargs: print('passed'))"))
+
+    def checkers_deleted(notebook):
+        notebook.cells = [cell for cell in notebook.cells if "checker" not in cell.metadata.get("tags", [])]
+
+    folder = graded_folder_beside_the_repository(tmp_path)
+    returned(CHAPTER_1, folder, "a_instructor.ipynb", solved=True)
+    returned(CHAPTER_1, folder, "b_student.ipynb")
+    returned(CHAPTER_1, folder, "c_checkers_pass.ipynb", checkers_pass)
+    returned(CHAPTER_1, folder, "d_checkers_no_op.ipynb", checkers_no_op)
+    returned(CHAPTER_1, folder, "e_checkers_deleted.ipynb", checkers_deleted)
+
+    grades = grade_folder(folder, REPO_ROOT / "notebooks", seed=2026, timeout=600)
+
+    assert [grade.score for grade in grades] == ["3/3", "0/3", "0/3", "0/3", "0/3"], format_table(grades)
+    assert [{checker.in_return for checker in grade.checkers} for grade in grades] == [
+        {"as released"}, {"as released"}, {"edited"}, {"as released"}, {"missing"}]
+    instructor, student = grades[:2]
+    assert instructor.errored_cells == [] and instructor.problem is None, instructor
+    assert student.errored_cells == [] and student.problem is None, student
+
+
 @pytest.mark.notebook_exec
 @pytest.mark.parametrize(
     "notebook",
-    COURSE_NOTEBOOKS
+    [path for path in COURSE_NOTEBOOKS if path != CHAPTER_1]  # chapter 1: the five returns above
     or [pytest.param(None, marks=pytest.mark.skip(reason="notebooks/ holds no *.ipynb yet"))],
     ids=lambda path: path.name if path else "none",
 )
 def test_student_copy_fails_at_its_checkers_only(notebook, tmp_path, monkeypatch):
-    # The kernel inherits the environment and must import this checkout's course_lib.
-    monkeypatch.setenv("PYTHONPATH", python_path_with_repo_root())
-    # Graded copies sit in notebooks/ beside the repository's other folders, so paths
-    # relative to the notebook resolve as in the repository.
-    graded_dir = tmp_path / "notebooks"
-    for sibling in REPO_ROOT.iterdir():
-        if sibling.is_dir() and sibling.name not in {"notebooks", ".git"}:
-            (tmp_path / sibling.name).symlink_to(sibling, target_is_directory=True)
+    monkeypatch.setenv("PYTHONPATH", python_path_with_repo_root())  # as above
+    graded_dir = graded_folder_beside_the_repository(tmp_path)
     make_student_copy(notebook, graded_dir / f"student_{notebook.name}")
     shutil.copy(notebook, graded_dir / f"instructor_{notebook.name}")
 
-    instructor_grade, student_grade = grade_folder(graded_dir, timeout=600)
+    instructor_grade, student_grade = grade_folder(graded_dir, REPO_ROOT / "notebooks", seed=2026, timeout=600)
 
     assert instructor_grade.notebook.startswith("instructor_")
-    assert instructor_grade.errored_cells == [] and instructor_grade.aborted is None
+    assert instructor_grade.errored_cells == [] and instructor_grade.problem is None
     assert all(checker.passed for checker in instructor_grade.checkers), instructor_grade
     assert student_grade.total >= 3, student_grade
     assert not any(checker.passed for checker in student_grade.checkers), student_grade
-    assert student_grade.errored_cells == [] and student_grade.aborted is None, student_grade
+    assert student_grade.errored_cells == [] and student_grade.problem is None, student_grade
