@@ -686,6 +686,7 @@ def check_scale_columns_op(scale_columns_op):
         compare(f"{name}, x of shape {shape}", got, x.double() * w.double(), rtol=1e-6, atol=1e-6)
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    real = run_student_code(name, scale_columns_op, torch.randn(6, 7, device=DEVICE), torch.randn(7, device=DEVICE))
     with FakeTensorMode() as mode:
         x, w = mode.from_tensor(torch.randn(6, 7, device=DEVICE)), mode.from_tensor(torch.randn(7, device=DEVICE))
         try:
@@ -698,6 +699,11 @@ def check_scale_columns_op(scale_columns_op):
             got = (tuple(fake.shape), fake.dtype, fake.device) if isinstance(fake, torch.Tensor) else fake
             raise ExerciseError(f"{name}: the fake implementation must return an empty tensor like the real "
                                 f"output, shape {tuple(x.shape)}, {x.dtype}, on {x.device}; got {got}")
+        # Checked here too: opcheck before torch 2.12 lets a fake with other strides through.
+        if fake.stride() != real.stride():
+            raise ExerciseError(f"{name}: the fake implementation's output has strides {fake.stride()}, the real "
+                                f"one's {real.stride()} (shape {tuple(x.shape)}): compiled code would read the "
+                                "real output laid out as the fake says; give both the same layout")
     x = torch.randn(9, 5, device=DEVICE)
     _opcheck(name, scale_columns_op, (x, torch.randn(5, device=DEVICE)), "on x of shape (9, 5)")
     print(f"Exercise 5.1 passed: {len(cases)} shapes, the fake implementation's shapes, and every opcheck test.")
