@@ -86,7 +86,8 @@ import triton
 import triton.language as tl
 
 from .runtime import ON_GPU, cdiv, launch, multiprocessor_count, next_power_of_2, slots_block
-from .validation import check_index_range, check_tensor, first_order_only, on_device_of, wants_gradient
+from .validation import (check_index_range, check_same_device, check_tensor, first_order_only, on_device_of,
+                         wants_gradient)
 
 LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
 NO_SCORE = tl.constexpr(float("-inf"))  # masked columns and columns past the row's end
@@ -708,11 +709,6 @@ def _check_positive(op, name, value):
         raise ValueError(f"{op}: {name} must be positive and finite, got {value}")
 
 
-def _check_same_device(op, name, tensor, s):
-    if tensor.device != s.device:
-        raise ValueError(f"{op}: {name} is on {tensor.device} but s is on {s.device}; put them on the same device")
-
-
 def _k_range(n_cols):
     return f"0 < k <= n, the row length ({n_cols})"
 
@@ -727,7 +723,7 @@ def _check_k(op, k, s):
     n_cols, leading = s.shape[-1], s.shape[:-1]
     if isinstance(k, torch.Tensor):
         check_tensor(op, "k", k, dtypes=K_DTYPES, min_ndim=0)
-        _check_same_device(op, "k", k, s)
+        check_same_device(op, s=s, k=k)
         try:
             fits = torch.broadcast_shapes(k.shape, leading) == leading
         except RuntimeError:
@@ -759,7 +755,7 @@ def _check_inputs(op, s, n_iters, k, eps, eps_init, eps_decay, mask, checkpoint_
     _check_positive(op, "eps_decay", eps_decay)
     if mask is not None:
         check_tensor(op, "mask", mask, dtypes=(torch.bool,))
-        _check_same_device(op, "mask", mask, s)
+        check_same_device(op, s=s, mask=mask)
         if mask.shape != s.shape:
             raise ValueError(
                 f"{op}: mask must have the shape of s, {tuple(s.shape)}; got {tuple(mask.shape)}"

@@ -30,10 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from .runtime import ON_GPU
+
 SOLUTION_TAG = "solution"
 CHECKER_TAG = "checker"
 HIDE_INPUT_TAG = "hide-input"
 REMOVE_IN_STUDENT_TAG = "remove-in-student"
+INTERPRETER_OUTPUT = "interpreter-output"  # a cell whose outputs only the CPU interpreter can make
 BEGIN_SOLUTION = "# BEGIN SOLUTION"
 END_SOLUTION = "# END SOLUTION"
 STUDENT_PLACEHOLDER = ("# YOUR CODE HERE", "pass")
@@ -464,12 +467,19 @@ def execute_in_place(paths, timeout: int = DEFAULT_TIMEOUT) -> None:
     """Re-execute notebooks top to bottom and save them with the new outputs.
 
     This is how the stored outputs are made (on a GPU, by ``make gpu-run``); any cell
-    that raises stops it, so a broken notebook is never saved.
+    that raises stops it, so a broken notebook is never saved. Cells tagged
+    INTERPRETER_OUTPUT draw what only Triton's CPU interpreter can (course_lib.accesses):
+    run on a GPU, they keep the outputs the interpreter made.
     """
     nbformat = _import_instructor_dependency("nbformat")
     for path in map(Path, paths):
         notebook = nbformat.read(path, as_version=4)
+        kept = {cell.id: cell.outputs for cell in notebook.cells
+                if INTERPRETER_OUTPUT in cell.metadata.get("tags", [])} if ON_GPU else {}
         _execute(notebook, path.parent, timeout, allow_errors=False)
+        for cell in notebook.cells:
+            if cell.get("id") in kept:
+                cell.outputs = kept[cell.id]
         nbformat.write(notebook, path)
 
 

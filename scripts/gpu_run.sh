@@ -28,10 +28,7 @@ run_step() {
       done
       python3 -m benchmarks --merge "$logs"/bench_*.json ;;
     profile) python3 -m benchmarks.profile_step 2>&1 | tee "$logs/profile_step.log" ;;
-    execute)
-      mkdir -p "$logs/before" && cp notebooks/*.ipynb "$logs/before/"
-      python3 -m course_lib.instructor execute notebooks/*.ipynb 2>&1 | tee "$logs/execute.log"
-      python3 scripts/restore_interpreter_outputs.py "$logs/before" notebooks/*.ipynb ;;
+    execute) python3 -m course_lib.instructor execute notebooks/*.ipynb 2>&1 | tee "$logs/execute.log" ;;
     nbval) python3 -m pytest notebooks/*.ipynb -q -p no:cacheprovider --nbval --nbval-current-env \
              --nbval-sanitize-with nbval_sanitize.cfg 2>&1 | tee "$logs/nbval.log" ;;
     *) echo "unknown step $1: expected unit, benchmarks, profile, execute or nbval" >&2; exit 2 ;;

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from course_lib import instructor
 from course_lib.instructor import (
     CellError,
     CheckerResult,
@@ -18,6 +19,7 @@ from course_lib.instructor import (
     make_student_copies,
     make_student_copy,
     nbgrader_metadata,
+    execute_in_place,
     stamp_exercise_metadata,
     write_csv,
 )
@@ -145,6 +147,19 @@ def test_markers_in_a_cell_not_tagged_solution_raise(tmp_path):
     forgot_the_tag = new_code_cell("# BEGIN SOLUTION\nanswer = 42\n# END SOLUTION")
     with pytest.raises(ValueError, match="lesson.ipynb, cell 1: .* not tagged 'solution'"):
         student_copy_of(tmp_path, [forgot_the_tag])
+
+
+@pytest.mark.notebook_exec
+def test_a_gpu_run_keeps_the_interpreters_outputs_of_tagged_cells(tmp_path, monkeypatch):
+    monkeypatch.setattr(instructor, "ON_GPU", True)
+    drawn = [new_output("stream", name="stdout", text="drawn by the interpreter\n")]
+    tagged = new_code_cell("print('compiled on the GPU')", metadata={"tags": ["interpreter-output"]}, outputs=drawn)
+    path = tmp_path / "chapter.ipynb"
+    nbformat.write(notebook_v4.new_notebook(cells=[tagged, new_code_cell("print('ran')")]), path)
+    execute_in_place([path])
+    kept, ran = nbformat.read(path, as_version=4).cells
+    assert [output["text"] for output in kept.outputs] == ["drawn by the interpreter\n"]
+    assert [output["text"] for output in ran.outputs] == ["ran\n"]
 
 
 def test_student_copies_cover_the_notebooks_of_the_folder_only(tmp_path):
