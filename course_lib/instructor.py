@@ -597,6 +597,10 @@ def grade_notebook(
         else:
             error = result["error"]
         passed = result is not None and result["passed"]
+        if in_return[checker.grade_id] == MISSING:
+            # Counted as failed whatever the answer: the release's copy still ran, for the report.
+            ran = "it passed" if passed else error
+            passed, error = False, f"checker cell missing from the return (run from the release: {ran})"
         grade.checkers.append(CheckerResult(checker.grade_id, checker.label, passed, error,
                                             in_return[checker.grade_id]))
     return grade

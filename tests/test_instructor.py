@@ -314,17 +314,27 @@ def test_checkers_come_from_the_release_and_tampering_is_reported(tmp_path):
         notebook.cells[2].source = "def answer():\n    return 2"
         notebook.cells.append(new_code_cell("1 / 0"))
 
+    def solve_then_delete_checker(notebook):
+        notebook.cells[2].source = "def answer():\n    return 2"
+        del notebook.cells[3]
+
     submissions = tmp_path / "returned"
     returned(release, submissions, "a_edited.ipynb", edit_checker)
     returned(release, submissions, "b_deleted.ipynb", delete_checker)
     returned(release, submissions, "c_solved.ipynb", solve_then_break)
+    returned(release, submissions, "d_solved_checker_deleted.ipynb", solve_then_delete_checker)
 
-    edited, deleted, solved = grade_folder(submissions, tmp_path / "release", timeout=60)
+    edited, deleted, solved, solved_deleted = grade_folder(submissions, tmp_path / "release", timeout=60)
 
     assert edited.checkers == [CheckerResult("exercise_1_1_checker", "check_x", False,
                                              "ValueError: x is wrong", "edited")]
-    assert deleted.checkers == [CheckerResult("exercise_1_1_checker", "check_x", False,
-                                              "ValueError: x is wrong", "missing")]
+    assert deleted.checkers == [CheckerResult(
+        "exercise_1_1_checker", "check_x", False,
+        "checker cell missing from the return (run from the release: ValueError: x is wrong)", "missing")]
+    # A missing checker counts as failed even where the answer is right; the report says it would pass.
+    assert solved_deleted.checkers == [CheckerResult(
+        "exercise_1_1_checker", "check_x", False,
+        "checker cell missing from the return (run from the release: it passed)", "missing")]
     assert solved.checkers == [CheckerResult("exercise_1_1_checker", "check_x", True, None, "as released")]
     assert solved.errored_cells == [CellError(cell_index=4, error="ZeroDivisionError: division by zero")]
     assert (edited.release, solved.score) == ("lesson.ipynb", "1/1")
