@@ -47,6 +47,7 @@ import triton
 import triton.language as tl
 from torch import nn
 
+from .rows import as_rows, known_multiple_of, sum_partial_rows, width_hint
 from .runtime import ON_GPU, cdiv, launch, max_shared_memory, multiprocessor_count, next_power_of_2, slots_block
 from .validation import (
     INT32_LIMIT,
@@ -57,7 +58,6 @@ from .validation import (
     on_device_of,
     wants_gradient,
 )
-from .weighted_sum import _as_rows, _multiple_of, sum_partial_rows, width_hint
 
 # ---------------------------------------------------------------------------- kernels
 
@@ -89,9 +89,9 @@ def layernorm_forward_kernel(
     BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, VEC: tl.constexpr,
 ):
     """One program normalises BLOCK_ROWS whole rows held in registers (BLOCK_COLS >= n_cols)."""
-    n_cols = _multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (width_hint)
-    stride_x_row = _multiple_of(stride_x_row, VEC)
-    stride_y_row = _multiple_of(stride_y_row, VEC)
+    n_cols = known_multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (width_hint)
+    stride_x_row = known_multiple_of(stride_x_row, VEC)
+    stride_y_row = known_multiple_of(stride_y_row, VEC)
     rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     cols = tl.arange(0, BLOCK_COLS)
     row_mask = rows < n_rows
@@ -141,9 +141,9 @@ def layernorm_forward_looped_kernel(
     BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, NUM_STAGES: tl.constexpr, VEC: tl.constexpr,
 ):
     """Rows wider than a block: one pass over tiles for the statistics, one to normalise."""
-    n_cols = _multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (width_hint)
-    stride_x_row = _multiple_of(stride_x_row, VEC)
-    stride_y_row = _multiple_of(stride_y_row, VEC)
+    n_cols = known_multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (width_hint)
+    stride_x_row = known_multiple_of(stride_x_row, VEC)
+    stride_y_row = known_multiple_of(stride_y_row, VEC)
     rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     row_mask = rows < n_rows
     rows64 = rows.to(tl.int64)
@@ -264,10 +264,10 @@ def layernorm_backward_kernel(
     writes them as its partial row of dgamma (then dbeta): no atomics, and the partial
     rows are added in a fixed order afterwards.
     """
-    n_cols = _multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (width_hint)
-    stride_x_row = _multiple_of(stride_x_row, VEC)
-    stride_grad_y_row = _multiple_of(stride_grad_y_row, VEC)
-    stride_grad_x_row = _multiple_of(stride_grad_x_row, VEC)
+    n_cols = known_multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (width_hint)
+    stride_x_row = known_multiple_of(stride_x_row, VEC)
+    stride_grad_y_row = known_multiple_of(stride_grad_y_row, VEC)
+    stride_grad_x_row = known_multiple_of(stride_grad_x_row, VEC)
     program = tl.program_id(0)
     cols, col_mask, col_offsets_x, col_offsets_grad_y = _column_block(
         0, n_cols, stride_x_col, stride_grad_y_col, BLOCK_COLS)
@@ -322,9 +322,9 @@ def layernorm_backward_partials_kernel(
     dy * gamma and dy * gamma * xhat (and the count of maxima), into row_sums[q, row, c].
     Its partial dgamma and dbeta stay in registers down the rows, as in chapter 1.
     """
-    n_cols = _multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (width_hint)
-    stride_x_row = _multiple_of(stride_x_row, VEC)
-    stride_grad_y_row = _multiple_of(stride_grad_y_row, VEC)
+    n_cols = known_multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (width_hint)
+    stride_x_row = known_multiple_of(stride_x_row, VEC)
+    stride_grad_y_row = known_multiple_of(stride_grad_y_row, VEC)
     col_block = tl.program_id(0)
     row_group = tl.program_id(1)
     n_col_blocks = tl.num_programs(0)
@@ -372,10 +372,10 @@ def layernorm_backward_dx_kernel(
     BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, BLOCK_SUMS: tl.constexpr, NUM_STAGES: tl.constexpr,
 ):
     """Rows wider than a block, stage 2: add up each row's sums in a fixed order, then walk the row writing dx."""
-    n_cols = _multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (width_hint)
-    stride_x_row = _multiple_of(stride_x_row, VEC)
-    stride_grad_y_row = _multiple_of(stride_grad_y_row, VEC)
-    stride_grad_x_row = _multiple_of(stride_grad_x_row, VEC)
+    n_cols = known_multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (width_hint)
+    stride_x_row = known_multiple_of(stride_x_row, VEC)
+    stride_grad_y_row = known_multiple_of(stride_grad_y_row, VEC)
+    stride_grad_x_row = known_multiple_of(stride_grad_x_row, VEC)
     # Rows in reverse: stage 1 read the last rows last, so they are the likeliest still in L2.
     rows = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     row_mask = rows < n_rows
@@ -513,10 +513,10 @@ def layernorm_backward_split_rows_kernel(
     launcher sees to it). With PREFETCH the next row's tile is loaded before the wait,
     so the load runs during it; that takes registers for a second tile.
     """
-    n_cols = _multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (width_hint)
-    stride_x_row = _multiple_of(stride_x_row, VEC)
-    stride_grad_y_row = _multiple_of(stride_grad_y_row, VEC)
-    stride_grad_x_row = _multiple_of(stride_grad_x_row, VEC)
+    n_cols = known_multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (width_hint)
+    stride_x_row = known_multiple_of(stride_x_row, VEC)
+    stride_grad_y_row = known_multiple_of(stride_grad_y_row, VEC)
+    stride_grad_x_row = known_multiple_of(stride_grad_x_row, VEC)
     N_SUMS: tl.constexpr = 3 if STABLE else 2  # sum of g, of g * xhat, and the count of maxima
     group = tl.program_id(0)
     tile = tl.program_id(1)
@@ -713,7 +713,7 @@ def _stride(tensor):
 
 def layernorm_forward(x, gamma, beta, eps, stable, *, save_stats, tiles=None):
     """Launch a forward kernel; return (y, RowStats or None). ``tiles`` overrides forward_tiles."""
-    x2d = _as_rows(x)
+    x2d = as_rows(x)
     n_rows, n_cols = x2d.shape
     y = torch.empty((n_rows, n_cols), device=x.device, dtype=x.dtype)
     stats = None
@@ -836,7 +836,7 @@ def layernorm_backward(grad_y, x, gamma, has_beta, stats, eps, stable, *, param_
     ``param_dtype``: the dtype of gamma and beta, and of their gradients (x's if None).
     ``config`` overrides backward_config (a BackwardConfig).
     """
-    x2d = _as_rows(x)
+    x2d = as_rows(x)
     n_rows, n_cols = x2d.shape
     grad_y = grad_y.reshape(n_rows, n_cols)
     grad_x = torch.empty((n_rows, n_cols), device=x.device, dtype=x.dtype)

@@ -8,6 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .rows import as_rows, known_multiple_of, sum_partial_rows, vector_width, width_hint
 from .runtime import cdiv, launch, multiprocessor_count, next_power_of_2
 from .validation import (
     check_index_range,
@@ -19,13 +20,6 @@ from .validation import (
 )
 
 # ---------------------------------------------------------------------------- kernels
-
-
-@triton.jit
-def _multiple_of(value, VEC: tl.constexpr):
-    """``value`` itself, which the launcher checked VEC divides, written so that Triton
-    sees it is a multiple of VEC (``width_hint``)."""
-    return value // VEC * VEC
 
 
 @triton.jit
@@ -57,8 +51,8 @@ def weighted_sum_forward_kernel(
     program's rows, loaded once, with no loop. Otherwise the program walks the
     columns a tile at a time.
     """
-    n_cols = _multiple_of(n_cols, VEC)
-    stride_x_row = _multiple_of(stride_x_row, VEC)
+    n_cols = known_multiple_of(n_cols, VEC)
+    stride_x_row = known_multiple_of(stride_x_row, VEC)
     row_block = tl.program_id(0)
     rows = row_block * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     row_mask = rows < n_rows
@@ -97,9 +91,9 @@ def weighted_sum_backward_kernel(
     its own rows and writes one partial row; the launcher sums the partials in a
     fixed order, so the result is the same from run to run (no atomics).
     """
-    n_cols = _multiple_of(n_cols, VEC)
-    stride_x_row = _multiple_of(stride_x_row, VEC)
-    stride_grad_x_row = _multiple_of(stride_grad_x_row, VEC)
+    n_cols = known_multiple_of(n_cols, VEC)
+    stride_x_row = known_multiple_of(stride_x_row, VEC)
+    stride_grad_x_row = known_multiple_of(stride_grad_x_row, VEC)
     col_block = tl.program_id(0)
     row_group = tl.program_id(1)
     cols = col_block * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
@@ -127,22 +121,6 @@ def weighted_sum_backward_kernel(
         )
     partial = tl.sum(acc, axis=0)
     tl.store(partial_grad_weight_ptr + row_group * stride_partial_row + cols, partial, mask=col_mask)
-
-
-@triton.jit
-def column_sum_kernel(
-    partial_ptr, out_ptr, n_partial_rows, n_cols, stride_partial_row,
-    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, NUM_STAGES: tl.constexpr,
-):
-    """out[d] = sum_r partial[r, d], always in the same order: the second stage of grad_weight."""
-    cols = tl.program_id(0) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-    col_mask = cols < n_cols
-    acc = tl.zeros((BLOCK_ROWS, BLOCK_COLS), dtype=tl.float32)
-    for row_start in tl.range(0, n_partial_rows, BLOCK_ROWS, num_stages=NUM_STAGES):
-        rows = row_start + tl.arange(0, BLOCK_ROWS)
-        mask = (rows < n_partial_rows)[:, None] & col_mask[None, :]
-        acc += tl.load(partial_ptr + rows[:, None] * stride_partial_row + cols[None, :], mask=mask, other=0.0)
-    tl.store(out_ptr + cols, tl.sum(acc, axis=0).to(out_ptr.dtype.element_ty), mask=col_mask)
 
 
 # -------------------------------------------------------------------------- launchers
@@ -174,39 +152,6 @@ def forward_tiles(n_cols, element_size, wide_loads=True):
     return max(2, 4096 // row_bytes), row_block, max(1, row_block // 1024), 1
 
 
-def vector_width(*rows):
-    """How many neighbouring values of a row one load may take (up to 16 bytes), for the
-    2-D views ``rows`` that a kernel reads or writes: the largest power of two that
-    divides n_cols and every row stride. Rows must be contiguous and start 16-byte
-    aligned, or it is 1."""
-    if any(t.stride(1) != 1 or t.data_ptr() % 16 for t in rows):
-        return 1
-    n_cols = rows[0].shape[1]
-    vec = 16 // rows[0].element_size()
-    while n_cols % vec or any(t.stride(0) % vec for t in rows):
-        vec //= 2
-    return vec
-
-
-def width_hint(*rows, vec=None):
-    """VEC for the kernels' ``_multiple_of``: what Triton must be told to load
-    ``vector_width(*rows)`` values at once (``vec``, where the caller has it already).
-
-    At each launch Triton notes which integer arguments are divisible by 16 and which
-    pointers are 16-byte aligned, and compiles with those facts. At 1000 columns,
-    though 1000 is a multiple of 8, it cannot prove that 8 neighbouring bfloat16 values
-    start on a 16-byte boundary and lie all inside or all outside the mask, and loads
-    them one at a time. The kernels rewrite n_cols and the row strides as
-    ``_multiple_of(n, VEC)``: the same numbers, now visibly multiples of VEC, and the
-    loads are wide again. Where the width and every row stride are multiples of 16,
-    Triton knows enough by itself, and VEC = 1 leaves the kernels exactly as they would
-    be without the rewrite, which there only costs instructions.
-    """
-    if rows[0].shape[1] % 16 == 0 and all(t.stride(0) % 16 == 0 for t in rows):
-        return 1
-    return vector_width(*rows) if vec is None else vec
-
-
 def backward_tiles(n_cols, element_size):
     """(BLOCK_ROWS, BLOCK_COLS, num_warps, NUM_STAGES) for the backward kernel.
 
@@ -225,30 +170,6 @@ def backward_tiles(n_cols, element_size):
 BACKWARD_PROGRAMS_PER_SM = 4
 
 
-def _as_rows(x):
-    """View x of shape (..., D) as (M, D) without copying when the strides allow it."""
-    return x.reshape(-1, x.shape[-1])
-
-
-def sum_partial_rows(partial, dtype):
-    """Column sums of the float32 partial rows, in a fixed order, cast to ``dtype``.
-
-    Narrow column blocks, so that even a short row of sums spreads over the GPU, and
-    the loop down the partial rows pipelined 3 deep (tiles of at most 16 KiB): a few
-    programs walking the partial rows one after another would leave most of the GPU
-    idle at the end of every backward.
-    """
-    n_partial_rows, width = partial.shape
-    out = torch.empty(width, device=partial.device, dtype=dtype)
-    block_cols = max(16, min(64, next_power_of_2(cdiv(width, multiprocessor_count()))))
-    block_rows = max(1, min(next_power_of_2(n_partial_rows), 4096 // block_cols))
-    launch(column_sum_kernel, (cdiv(width, block_cols),),
-        partial, out, n_partial_rows, width, partial.stride(0),
-        BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, NUM_STAGES=3,
-    )
-    return out
-
-
 def _check_inputs(op, x, weight):
     check_tensor(op, "x", x)
     check_tensor(op, "weight", weight)
@@ -265,7 +186,7 @@ def _check_inputs(op, x, weight):
 
 def weighted_sum_forward(x, weight, tiles=None):
     """Launch the forward kernel; ``tiles`` overrides (BLOCK_ROWS, BLOCK_COLS, num_warps, NUM_STAGES)."""
-    x2d = _as_rows(x)
+    x2d = as_rows(x)
     n_rows, n_cols = x2d.shape
     y = torch.empty(n_rows, device=x.device, dtype=x.dtype)
     if n_rows == 0:
@@ -288,7 +209,7 @@ def weighted_sum_forward(x, weight, tiles=None):
 
 def weighted_sum_backward(x, weight, grad_y, tiles=None):
     """Launch the backward kernel; return (grad_x, grad_weight)."""
-    x2d = _as_rows(x)
+    x2d = as_rows(x)
     n_rows, n_cols = x2d.shape
     grad_y = grad_y.reshape(n_rows)
     grad_x = torch.empty((n_rows, n_cols), device=x.device, dtype=x.dtype)

@@ -7,7 +7,7 @@ from conftest import (COMPILE_MODES, DTYPES, assert_compiled_refuses, assert_com
                       poison_cached_memory)
 from course_lib import references, weighted_sum
 from course_lib.runtime import DEVICE, pick
-from course_lib.weighted_sum import backward_tiles, forward_tiles, vector_width, weighted_sum_forward, width_hint
+from course_lib.weighted_sum import backward_tiles, forward_tiles, weighted_sum_forward
 
 SHAPES = [(1, 1), (7, 3), (5, 16), (33, 17), (2, 3, 129), (4, 1000), (2, 1, 1, 5)] + pick(
     gpu=[(1000, 4099), (3, 70000), (70000, 3), (2, 4096, 257)], cpu=[(130, 300)]
@@ -142,27 +142,6 @@ def test_tiles_are_powers_of_two_and_never_zero(tiles, n_cols, element_size):
     for value in (block_rows, block_cols, num_warps):
         assert value >= 1 and value & (value - 1) == 0
     assert num_stages >= 1
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_vector_width_divides_the_width_and_every_row_stride(dtype):
-    full = 16 // torch.empty(0, dtype=dtype).element_size()  # 16 bytes: 4 float32 or 8 16-bit values
-    rows = torch.randn(8, 1040, device=DEVICE, dtype=dtype)
-    assert vector_width(rows[:, :1024]) == full  # width 1024, row stride 1040
-    assert vector_width(rows[:, :1000]) == full  # 1000 = 8 * 125: enough, though not a multiple of 16
-    assert vector_width(rows[:, :1002]) == 2  # 1002 = 2 * 501
-    stride_1004 = torch.randn(8, 1004, device=DEVICE, dtype=dtype)[:, :1000]
-    assert vector_width(rows[:, :1000], stride_1004) == 4  # every view counts: 1004 = 4 * 251
-    assert vector_width(torch.randn(8, 2048, device=DEVICE, dtype=dtype)[:, ::2]) == 1  # columns 2 apart
-    assert vector_width(rows[:, 1:1025]) == 1  # starts one value past a 16-byte boundary
-
-
-def test_width_hint_tells_only_what_triton_cannot_see():
-    rows = torch.randn(8, 1040, device=DEVICE, dtype=torch.bfloat16)
-    assert width_hint(rows[:, :1024]) == 1  # 1024 and 1040 are multiples of 16: Triton sees it
-    assert width_hint(rows[:, :1000]) == 8
-    assert width_hint(torch.randn(8, 1004, device=DEVICE, dtype=torch.bfloat16)[:, :1024]) == 4  # row stride 1004
-    assert width_hint(rows[:, :1023]) == 1  # nothing to tell
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
