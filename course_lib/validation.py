@@ -25,6 +25,11 @@ def check_tensor(op, name, tensor, *, dtypes=FLOAT_DTYPES, min_ndim=1):
             f"{op}: {name} has layout {tensor.layout}; only dense tensors (torch.strided) are accepted, "
             f"so convert it with {name}.to_dense()"
         )
+    if tensor.is_nested:  # a nested tensor of the older kind reports the strided layout
+        raise TypeError(
+            f"{op}: {name} is a nested tensor; only dense tensors are accepted, so pad it with "
+            f"torch.nested.to_padded_tensor({name}, 0.0) (and pass a mask where the function takes one)"
+        )
     if tensor.is_quantized:
         raise TypeError(
             f"{op}: {name} is quantized ({tensor.dtype}); accepted: {_names(dtypes)} tensors, "

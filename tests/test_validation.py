@@ -50,6 +50,17 @@ def test_rejects_sparse_tensors_naming_the_argument(op, fn, make, layout):
             fn(**inputs)
 
 
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors is in prototype stage")
+@pytest.mark.parametrize("layout", [torch.strided, torch.jagged], ids=["strided", "jagged"])
+@pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
+def test_rejects_nested_tensors_naming_the_argument(op, fn, make, layout):
+    name, tensor = next(iter(inputs_of(make).items()))
+    inputs = inputs_of(make)
+    inputs[name] = torch.nested.nested_tensor([tensor, tensor[:1]], layout=layout)
+    with pytest.raises(TypeError, match=rf"{op}: {name} (is a nested tensor|has layout torch.jagged); only dense"):
+        fn(**inputs)
+
+
 @pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor")
 @pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
 def test_rejects_quantized_tensors_naming_the_argument(op, fn, make):
@@ -159,3 +170,20 @@ def test_rejects_too_few_dimensions(op, fn, make):
         inputs["mask"] = inputs["mask"].reshape(-1)[0]
     with pytest.raises(ValueError, match=rf"{op}: {name} must have at least {least} dimension"):
         fn(**inputs)
+
+
+@pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
+def test_second_order_gradients_raise_under_torch_compile_too(op, fn, make):
+    # Compiled, the public functions are custom operators whose backward is another
+    # operator: AOTAutograd refuses the gradient penalty with its own error, which is
+    # fine; what must never happen is a penalty that runs without its second-order terms.
+    torch._dynamo.reset()
+    inputs = inputs_of(make)
+    leaves = [t.requires_grad_() for t in differentiable(inputs)]
+    target = LayerNorm(7, device=DEVICE) if op == "LayerNorm" else fn  # built outside the compiled region
+    compiled = torch.compile(lambda **kwargs: target(**kwargs), fullgraph=True, backend="aot_eager")
+    y = compiled(**inputs)
+    first = torch.autograd.grad(y, leaves, torch.randn_like(y), create_graph=True)
+    penalty = sum((g.float() ** 2).sum() for g in first)
+    with pytest.raises(RuntimeError, match="does not currently support double backward|second-order gradients"):
+        (y.float().sum() + penalty).backward()
