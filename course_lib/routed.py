@@ -68,6 +68,15 @@ def _check_positive_int(op, name, value):
         raise ValueError(f"{op}: {name} must be at least 1, got {value}")
 
 
+def _check_width_multiplier(op, name, mult, dim):
+    """A feed-forward's hidden width, int(dim * mult), must be at least 1."""
+    if isinstance(mult, bool) or not isinstance(mult, (int, float)):
+        raise TypeError(f"{op}: {name} must be a number, got {type(mult).__name__}")
+    if not int(dim * mult) >= 1:
+        raise ValueError(f"{op}: {name} = {mult} gives a hidden width int({dim} * {mult}) < 1; "
+                         f"accepted: at least {1 / dim:g}")
+
+
 def check_tokens(op, x, dim, dtype):
     """x must be (batch, seq, dim) in the module's float dtype."""
     if not isinstance(x, torch.Tensor):
@@ -231,6 +240,8 @@ class RoutedFeedForward(nn.Module):
                  ops=COURSE_OPS):
         super().__init__()
         _check_positive_int("RoutedFeedForward", "num_heavy_tokens", num_heavy_tokens)
+        _check_width_multiplier("RoutedFeedForward", "light_ff_mult", light_ff_mult, dim)
+        _check_width_multiplier("RoutedFeedForward", "heavy_ff_mult", heavy_ff_mult, dim)
         self.num_heavy_tokens = num_heavy_tokens
         self.router = CoordinateDescentRouter(dim, ops=ops, **(router_kwargs or {}))
         self.light_ff = feed_forward(dim, light_ff_mult, ops)
@@ -315,13 +326,17 @@ class LocalCausalAttention(nn.Module):
 
     def __init__(self, dim, *, window_size=128, heads=8, dim_head=64, ops=COURSE_OPS):
         super().__init__()
-        _check_positive_int("LocalCausalAttention", "window_size", window_size)
+        for name, value in (("dim", dim), ("window_size", window_size), ("heads", heads), ("dim_head", dim_head)):
+            _check_positive_int("LocalCausalAttention", name, value)
         self.window_size, self.heads, self.ops = window_size, heads, ops
         self.norm = Norm(dim, ops)
         self.to_qkv = nn.Linear(dim, 3 * heads * dim_head, bias=False)
         self.to_out = nn.Linear(heads * dim_head, dim, bias=False)
 
     def forward(self, x, mask=None):
+        op = "LocalCausalAttention"
+        check_tokens(op, x, self.norm.weight.shape[0], _module_dtype(self))
+        check_mask(op, mask, x)
         n = x.shape[1]
         padding = -n % self.window_size  # padded keys come after every real token: causality hides them
         q, k, v = (split_heads(t, self.heads) for t in self.to_qkv(self.norm(x)).chunk(3, dim=-1))
@@ -345,7 +360,9 @@ class RoutedCausalAttention(nn.Module):
     def __init__(self, dim, *, num_heavy_tokens, light_window_size=128, light_heads=8, light_dim_head=64,
                  heavy_heads=8, heavy_dim_head=64, router_kwargs=None, ops=COURSE_OPS):
         super().__init__()
-        _check_positive_int("RoutedCausalAttention", "num_heavy_tokens", num_heavy_tokens)
+        for name, value in (("num_heavy_tokens", num_heavy_tokens), ("heavy_heads", heavy_heads),
+                            ("heavy_dim_head", heavy_dim_head)):
+            _check_positive_int("RoutedCausalAttention", name, value)
         self.num_heavy_tokens, self.heavy_heads, self.ops = num_heavy_tokens, heavy_heads, ops
         self.light_attn = LocalCausalAttention(dim, window_size=light_window_size, heads=light_heads,
                                                dim_head=light_dim_head, ops=ops)

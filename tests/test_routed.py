@@ -213,6 +213,17 @@ def test_routed_query_never_sees_a_later_token():
     (lambda b, x, m: routed.RoutedFeedForward(16, num_heavy_tokens="4"), TypeError,
      r"num_heavy_tokens must be an int"),
     (lambda b, x, m: routed.LocalCausalAttention(16, window_size=0), ValueError, r"window_size must be at least 1"),
+    (lambda b, x, m: routed.RoutedBlock(16, num_heavy_tokens=4, heads=0), ValueError, r"heads must be at least 1"),
+    (lambda b, x, m: routed.RoutedBlock(16, num_heavy_tokens=4, dim_head=2.0), TypeError, r"dim_head must be an int"),
+    (lambda b, x, m: routed.RoutedCausalAttention(16, num_heavy_tokens=4, heavy_heads=-1), ValueError,
+     r"heavy_heads must be at least 1"),
+    (lambda b, x, m: routed.RoutedFeedForward(16, num_heavy_tokens=4, light_ff_mult=0.01), ValueError,
+     r"light_ff_mult = 0.01 gives a hidden width int\(16 \* 0.01\) < 1"),
+    (lambda b, x, m: routed.RoutedFeedForward(16, num_heavy_tokens=4, heavy_ff_mult="4"), TypeError,
+     r"heavy_ff_mult must be a number"),
+    (lambda b, x, m: b.attn.light_attn(x[..., :8]), ValueError, r"LocalCausalAttention: x must have shape"),
+    (lambda b, x, m: b.attn.light_attn(x, m[:1]), ValueError, r"LocalCausalAttention: mask must have shape"),
+    (lambda b, x, m: b.ff(x.double()), TypeError, r"x has dtype torch.float64"),
 ])
 def test_bad_input_names_the_argument(call, error, match):
     block, _ = make_blocks(torch.float32)
