@@ -61,7 +61,10 @@ def run_checker(notebook_globals, checker_source, grade_id, seed, results_path, 
         if seed is not None:
             torch.manual_seed(variant_seed(seed, grade_id))
         exec(code, namespace)
-    except BaseException as error:  # an interrupt from a cell timeout counts as failing too
+    except KeyboardInterrupt:  # how grading stops a cell that runs past its --timeout
+        _record(results_path, grade_id, "interrupted: the checker ran past the time a cell may take (--timeout)")
+        raise
+    except BaseException as error:
         _record(results_path, grade_id, _error_line(error))
         raise
     _record(results_path, grade_id, None)

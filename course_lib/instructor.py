@@ -618,14 +618,25 @@ def grade_folder(
 ) -> list[NotebookGrade]:
     """Grade every ``*.ipynb`` in ``folder``, sorted by name, against the notebooks of
     ``release_dir``; ``on_start`` sees each path first, ``on_graded`` the grades so far
-    after each notebook."""
+    after each notebook. Other files of the folder (but hidden ones) get a row saying
+    they were not graded, and a notebook whose grading fails for any reason gets a row
+    saying why: the rest of the folder is graded all the same."""
     release = load_release(release_dir)
+    notebooks = _notebooks_in(folder)
+    others = [path for path in Path(folder).iterdir()
+              if path.is_file() and path.suffix != ".ipynb" and not path.name.startswith(".")]
     grades = []
-    for notebook in _notebooks_in(folder):
+    for path in sorted(notebooks + others):
         if on_start is not None:
-            on_start(notebook)
-        grades.append(grade_notebook(notebook, release, seed=seed, timeout=timeout,
-                                     notebook_timeout=notebook_timeout))
+            on_start(path)
+        if path.suffix != ".ipynb":
+            grade = NotebookGrade(notebook=path.name, problem="not graded: only *.ipynb notebooks are")
+        else:
+            try:
+                grade = grade_notebook(path, release, seed=seed, timeout=timeout, notebook_timeout=notebook_timeout)
+            except Exception as error:  # a fault of the grader's, not the student's: say it, go on
+                grade = NotebookGrade(notebook=path.name, problem=f"grading failed: {_error_line(type(error).__name__, str(error))}")
+        grades.append(grade)
         if on_graded is not None:
             on_graded(grades)
     return grades

@@ -392,6 +392,17 @@ def test_a_kernel_dying_inside_a_checker_fails_it(tmp_path):
     assert grade.checkers[0].error == "did not finish: the kernel died"
 
 
+def test_a_checker_past_the_cell_timeout_fails_saying_so(tmp_path):
+    release = write_release(tmp_path / "release")
+
+    def slow_answer(notebook):
+        notebook.cells[2].source = "def answer():\n    import time\n    time.sleep(600)\n    return 2"
+
+    grade = grade_one(tmp_path, returned(release, tmp_path / "returned", "slow.ipynb", slow_answer), timeout=5)
+    assert not grade.checkers[0].passed
+    assert grade.checkers[0].error == "interrupted: the checker ran past the time a cell may take (--timeout)"
+
+
 def test_a_notebook_that_ignores_interrupts_is_killed_at_its_wall_clock_limit(tmp_path):
     release = write_release(tmp_path / "release")
 
@@ -411,18 +422,40 @@ def test_unreadable_files_get_a_row_and_the_rest_is_graded(tmp_path):
     returned(release, submissions, "b_good.ipynb", solved=True)
     (submissions / "a_truncated_lesson.ipynb").write_text(release.read_text()[:300])
     (submissions / "c_not_a_notebook.ipynb").write_text('{"a": 1}')
+    (submissions / "d_answers.py").write_text("answer = 2")
+    (submissions / ".hidden").write_text("")
     seen = []
 
     grades = grade_folder(submissions, tmp_path / "release", timeout=60,
                           on_graded=lambda so_far: seen.append([grade.notebook for grade in so_far]))
 
-    truncated, good, other = grades
+    truncated, good, other, python_file = grades
     assert truncated.release == "lesson.ipynb"  # matched by its name: its checkers fail, saying why
     assert truncated.checkers[0].error.startswith("not a readable notebook: NotJSONError")
     assert good.score == "1/1"
     assert other.release is None and other.problem.startswith("not a readable notebook")
+    assert python_file.problem == "not graded: only *.ipynb notebooks are" and python_file.checkers == []
     assert seen == [["a_truncated_lesson.ipynb"], ["a_truncated_lesson.ipynb", "b_good.ipynb"],
-                    ["a_truncated_lesson.ipynb", "b_good.ipynb", "c_not_a_notebook.ipynb"]]
+                    ["a_truncated_lesson.ipynb", "b_good.ipynb", "c_not_a_notebook.ipynb"],
+                    ["a_truncated_lesson.ipynb", "b_good.ipynb", "c_not_a_notebook.ipynb", "d_answers.py"]]
+
+
+def test_a_fault_of_the_grader_on_one_notebook_leaves_the_rest_graded(tmp_path, monkeypatch):
+    release = write_release(tmp_path / "release")
+    submissions = tmp_path / "returned"
+    returned(release, submissions, "a_breaks_the_grader.ipynb", solved=True)
+    returned(release, submissions, "b_good.ipynb", solved=True)
+    real_grade_notebook = instructor.grade_notebook
+
+    def grade_notebook(path, *args, **kwargs):
+        if path.name.startswith("a_"):
+            raise OSError("disk full")
+        return real_grade_notebook(path, *args, **kwargs)
+
+    monkeypatch.setattr(instructor, "grade_notebook", grade_notebook)
+    broken, good = grade_folder(submissions, tmp_path / "release", timeout=60)
+    assert broken.problem == "grading failed: OSError: disk full"
+    assert good.score == "1/1"
 
 
 EXAMPLE_GRADE = NotebookGrade(
