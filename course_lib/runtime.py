@@ -66,6 +66,27 @@ if not ON_GPU:
 
 import triton  # noqa: E402  (imported only once the backend is fixed)
 
+
+def _version(text):
+    return tuple(int(part) for part in text.split("+")[0].split(".")[:2] if part.isdigit())
+
+
+def _check_interpreter_numpy(triton_version, numpy_version):
+    """Triton 3.6's interpreter and older fail inside every loop of a kernel (``tl.range``)
+    with numpy 2.4 or newer: "only 0-dimensional arrays can be converted to Python
+    scalars". Say so at import, with the fix, rather than there."""
+    if _version(triton_version) < (3, 7) and _version(numpy_version) >= (2, 4):
+        raise ImportError(
+            f"course_lib: Triton {triton_version}'s CPU interpreter does not work with numpy "
+            f"{numpy_version}; install numpy<2.4 (pip install 'numpy<2.4') or Triton 3.7 or newer"
+        )
+
+
+if not ON_GPU:
+    import numpy  # noqa: E402
+
+    _check_interpreter_numpy(triton.__version__, numpy.__version__)
+
 DEVICE = torch.device("cuda") if ON_GPU else torch.device("cpu")
 
 

@@ -96,6 +96,19 @@ def _scaled_copy_kernel(src_ptr, dst_ptr, n, scale, BLOCK: tl.constexpr, ADD_ONE
     tl.store(dst_ptr + offsets, values, mask=mask)
 
 
+@pytest.mark.parametrize("triton_version, numpy_version, refused", [
+    ("3.6.0", "2.4.6", True), ("3.5.1", "2.5.0", True), ("3.6.0", "2.3.5", False),
+    ("3.7.1", "2.4.6", False), ("3.9.0", "2.5.2", False),
+])
+def test_interpreter_refuses_numpy_its_triton_cannot_run_with(triton_version, numpy_version, refused):
+    if refused:
+        with pytest.raises(ImportError, match=rf"Triton {triton_version}'s CPU interpreter does not work with "
+                                              rf"numpy {numpy_version}; install numpy<2.4"):
+            runtime._check_interpreter_numpy(triton_version, numpy_version)
+    else:
+        runtime._check_interpreter_numpy(triton_version, numpy_version)
+
+
 def test_specialisation_tells_apart_what_triton_compiles_for():
     """Every fact Triton specialises a kernel on changes launch's key: dtypes, 16-byte
     alignment, integers equal to 1, multiples of 16, beyond 32 bits."""
