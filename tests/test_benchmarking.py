@@ -52,6 +52,18 @@ def test_results_round_trip(tmp_path):
     assert benchmarking.load_results(tmp_path)["gpu"]["rows"] == rows
 
 
+def test_no_results_says_where_it_looked(tmp_path):
+    # An empty answer would leave every speed section of the notebooks silently empty.
+    with pytest.raises(FileNotFoundError, match=rf"no benchmark results \(\*.json\) in {tmp_path}"):
+        benchmarking.load_results(tmp_path)
+
+
+def test_a_file_that_is_not_results_is_named(tmp_path):
+    (tmp_path / "broken.json").write_text("{")
+    with pytest.raises(ValueError, match=r"broken.json: not a benchmark results file"):
+        benchmarking.load_results(tmp_path)
+
+
 def test_stored_results_have_the_documented_shape():
     for name, document in benchmarking.load_results().items():
         assert document["copy_gbps"] > 0, name
