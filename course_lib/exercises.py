@@ -12,13 +12,32 @@ from . import references
 from .checking import ExerciseError, compare, refusing_calls, run_student_code
 from .runtime import DEVICE
 
+# Set by the grader on its own fresh copy of this module (fresh_checker.run_checker): each
+# checker then adds a case of random size, drawn from the hidden seed, to the sizes a
+# student saw, so that an answer that works only at those sizes fails too.
+HIDDEN_SIZES = False
+
+
+def _hidden(draw):
+    """[draw()] when grading with hidden sizes, else nothing."""
+    return [draw()] if HIDDEN_SIZES else []
+
+
+def _size(low, high):
+    """A random integer from low to high, from torch's generator (the hidden seed when grading)."""
+    return int(torch.randint(low, high + 1, ()))
+
+
+def _random_rows(max_rows, max_cols, dtype=torch.float64):
+    return torch.randn(_size(1, max_rows), _size(2, max_cols), dtype=dtype)
+
 # ------------------------------------------------------------- chapter 1: weighted sum
 
 
 def check_scale_columns(scale_columns):
     """Exercise 1.1: ``scale_columns(x, w)`` returns x * w[None, :] for a 2-D x."""
     name = "Exercise 1.1 (scale_columns)"
-    cases = [(1, 1), (5, 3), (37, 130), (64, 64)]
+    cases = [(1, 1), (5, 3), (37, 130), (64, 64)] + _hidden(lambda: (_size(2, 80), _size(2, 200)))
     for n_rows, n_cols in cases:
         x = torch.randn(n_rows, n_cols, device=DEVICE)
         w = torch.randn(n_cols, device=DEVICE)
@@ -36,7 +55,7 @@ def check_scale_columns(scale_columns):
 def check_weighted_sum_grads(weighted_sum_grads):
     """Exercise 1.2: ``weighted_sum_grads(x, w, grad_y)`` returns (grad_x, grad_w) without autograd."""
     name = "Exercise 1.2 (weighted_sum_grads)"
-    for shape in [(3,), (4, 5), (2, 3, 7)]:
+    for shape in [(3,), (4, 5), (2, 3, 7)] + _hidden(lambda: (_size(1, 5), _size(1, 9), _size(1, 40))):
         x = torch.randn(shape, dtype=torch.float64)
         w = torch.randn(shape[-1], dtype=torch.float64)
         grad_y = torch.randn(shape[:-1], dtype=torch.float64)
@@ -54,7 +73,7 @@ def check_weighted_sum_grads(weighted_sum_grads):
 def check_column_sum(column_sum):
     """Exercise 1.3: ``column_sum(partial)`` returns partial.sum(0) for a 2-D float32 tensor."""
     name = "Exercise 1.3 (column_sum)"
-    cases = [(1, 1), (7, 5), (300, 129), (1000, 3)]
+    cases = [(1, 1), (7, 5), (300, 129), (1000, 3)] + _hidden(lambda: (_size(2, 600), _size(1, 200)))
     for shape in cases:
         partial = torch.randn(shape, device=DEVICE)
         got = run_student_code(name, column_sum, partial)
@@ -107,6 +126,7 @@ def check_softmax_rows(softmax_rows):
     """Exercise 2.1: ``softmax_rows(x)`` returns the softmax of each row of a 2-D float32 x."""
     name = "Exercise 2.1 (softmax_rows)"
     cases = [(1, 1, 1.0), (5, 3, 1.0), (9, 17, 1.0), (30, 100, 1.0), (7, 100, 1e4)]
+    cases += _hidden(lambda: (_size(2, 40), _size(2, 130), 1.0))
     for n_rows, n_cols, scale in cases:
         x = (torch.rand(n_rows, n_cols, device=DEVICE) * 2 - 1) * scale  # uniform in ±scale
         what = f"{name}, x of shape {(n_rows, n_cols)}"
@@ -144,6 +164,7 @@ def check_causal_mask(causal_mask):
     True where key j is hidden from query i (j > i), and raises ValueError for non-square scores."""
     name = "Exercise 2.2 (causal_mask)"
     shapes = [(5, 5), (2, 2), (1, 1), (3, 7, 7), (2, 3, 16, 16)]
+    shapes += _hidden(lambda: (lambda n: (_size(1, 3), n, n))(_size(2, 24)))
     for shape in shapes:
         scores = torch.randn(shape, device=DEVICE)
         n = shape[-1]
@@ -192,6 +213,7 @@ def check_softmax_grad(softmax_grad):
     """Exercise 2.3: ``softmax_grad(y, grad_y)`` returns grad_x of a softmax from its output y."""
     name = "Exercise 2.3 (softmax_grad)"
     cases = [((1,), False), ((4, 7), False), ((3, 6, 6), True), ((2, 2, 9, 9), True)]
+    cases += _hidden(lambda: (lambda n: ((_size(1, 3), n, n), True))(_size(2, 12)))
     for shape, causal in cases:
         x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
         y = references.causal_softmax(x) if causal else references.softmax(x)
@@ -217,6 +239,7 @@ def check_online_softmax_stats(online_softmax_stats):
     cases = [(random_rows, tile, "random rows") for tile in (1, 7, 16, 50, 64)]
     cases += [(rising, 8, "rows whose max grows from tile to tile"),
               (masked, 8, "rows whose first tiles are all -inf")]
+    cases += _hidden(lambda: (_random_rows(6, 90) * 3, _size(1, 64), "random rows"))
     for x, tile, kind in cases:
         what = f"{name}, tiles of {tile} columns, x of shape {tuple(x.shape)}, {kind}"
         result = run_student_code(name, online_softmax_stats, x.clone(), tile)
@@ -266,6 +289,7 @@ def check_layernorm_rows(layernorm_rows):
     name = "Exercise 3.1 (layernorm_rows)"
     eps = 1e-5
     cases = [(1, 1, 0.0), (5, 3, 0.0), (9, 17, 0.0), (30, 100, 0.0), (7, 100, 1e3)]
+    cases += _hidden(lambda: (_size(2, 40), _size(2, 130), 0.0))
     sliced = torch.randn(12, 40, device=DEVICE)[:, :33]  # rows 40 elements apart in memory
     inputs = [(torch.randn(n_rows, n_cols, device=DEVICE), offset) for n_rows, n_cols, offset in cases]
     inputs.append((sliced, 0.0))
@@ -320,7 +344,7 @@ def check_layernorm_dx(layernorm_dx):
     from the saved statistics (mean and rstd of shape x.shape[:-1]), without autograd."""
     name = "Exercise 3.2 (layernorm_dx)"
     eps = 1e-5
-    shapes = [(3, 1), (4, 7), (2, 3, 16), (5, 100)]
+    shapes = [(3, 1), (4, 7), (2, 3, 16), (5, 100)] + _hidden(lambda: (_size(1, 6), _size(1, 120)))
     for shape in shapes:
         x = (torch.randn(shape, dtype=torch.float64) * 2 + 0.5).requires_grad_()
         gamma = torch.randn(shape[-1], dtype=torch.float64)
@@ -351,6 +375,7 @@ def check_column_partial_sums(column_partial_sums):
     2-D float32 x: row p sums rows p·R to min((p+1)·R, M) - 1, R = cdiv(M, n_programs)."""
     name = "Exercise 3.3 (column_partial_sums)"
     cases = [(1, 1, 1), (8, 3, 2), (37, 17, 4), (100, 100, 7), (50, 33, 50), (20, 5, 1)]
+    cases += _hidden(lambda: (lambda m: (m, _size(1, 60), _size(1, m)))(_size(1, 120)))
     sliced = torch.randn(45, 40, device=DEVICE)[:, :29]
     inputs = [(torch.randn(m, n, device=DEVICE), p) for m, n, p in cases] + [(sliced, 6)]
     for x, n_programs in inputs:
@@ -394,6 +419,7 @@ def check_grad_through_row_max(grad_through_row_max):
     cases = [(random_rows, "random rows"), (torch.randn(2, 3, 5, dtype=torch.float64), "a 3-D x"),
              (torch.rand(3, 1, dtype=torch.float64) + 0.5, "rows of one element"),
              (negative, "rows whose maximum is negative"), (ties, "rows whose maximum is tied")]
+    cases += _hidden(lambda: (_random_rows(6, 30), "random rows"))
     for x, kind in cases:
         x = x.requires_grad_()
         grad_z = torch.randn(x.shape, dtype=torch.float64)
@@ -474,6 +500,8 @@ def check_coor_descent_step(coor_descent_step):
         (large, -large.median(dim=-1).values, math.log(10), 0.01,
          "scores up to ±1e3 with eps = 0.01 (exp overflows: use torch.logsumexp, which subtracts the max)"),
     ]
+    cases += _hidden(lambda: (lambda s: (s, -s.quantile(0.7, dim=-1), math.log(_size(1, s.shape[-1])), 0.1,
+                                         "random rows"))(_random_rows(8, 60)))
     for s, a, logk, eps, kind in cases:
         what = f"{name}, s of shape {tuple(s.shape)}, eps = {eps:g}, {kind}"
         with torch.no_grad():  # the answer must come from the formula, not from autograd
@@ -522,6 +550,8 @@ def check_routing_weights(routing_weights):
          "masked scores set to NaN (a mask says nothing about what the scores hold there)"),
         (-batched.median(dim=-1).values, batched, 0.2, batched_mask, "s of shape (2, 3, 10), a of shape (2, 3)"),
     ]
+    cases += _hidden(lambda: (lambda s: (-s.quantile(0.7, dim=-1), s, 0.1, s > s.median(),
+                                         "random rows, masked"))(_random_rows(8, 60)))
     for a, s, eps, m, kind in cases:
         what = f"{name}, s of shape {tuple(s.shape)}, eps = {eps:g}, {kind}"
         with torch.no_grad():
@@ -565,7 +595,7 @@ def check_row_logsumexp_of_min(row_logsumexp_of_min):
     for each row i of a 2-D float32 s, with a of shape (rows,)."""
     name = "Exercise 4.3 (row_logsumexp_of_min)"
     inputs = []
-    for n_rows, n_cols in [(4, 1), (6, 3), (5, 16), (9, 17), (7, 100)]:
+    for n_rows, n_cols in [(4, 1), (6, 3), (5, 16), (9, 17), (7, 100)] + _hidden(lambda: (_size(1, 20), _size(1, 150))):
         s = torch.randn(n_rows, n_cols, device=DEVICE)
         inputs.append((s, -s.median(dim=-1).values, 0.1, ""))
     large = (torch.rand(7, 100, device=DEVICE) * 2 - 1) * 1e3
@@ -642,6 +672,7 @@ def check_da_next_da(da_next_da):
         (one, torch.tensor([-1.0, 1.0, -1.0, 1.0], dtype=torch.float64) - one[:, 0], 0.3, "rows of one score"),
         (batched, -batched.median(dim=-1).values, 0.2, "s of shape (2, 3, 17), a of shape (2, 3)"),
     ]
+    cases += _hidden(lambda: (lambda s: (s, -s.quantile(0.6, dim=-1), 0.1, "random rows"))(_random_rows(8, 60)))
     for s, a, eps, kind in cases:
         what = f"{name}, s of shape {tuple(s.shape)}, eps = {eps:g}, {kind}"
         with torch.no_grad():  # the answer must come from the formula, not from autograd
@@ -678,7 +709,7 @@ def check_scale_columns_op(scale_columns_op):
     """Exercise 5.1: a custom operator out = x * w[None, :] with a fake implementation."""
     name = "Exercise 5.1 (scale_columns_op)"
     _require_custom_op(name, scale_columns_op)
-    cases = [(1, 1), (5, 3), (37, 130)]
+    cases = [(1, 1), (5, 3), (37, 130)] + _hidden(lambda: (_size(2, 60), _size(2, 150)))
     for shape in cases:
         x = torch.randn(shape, device=DEVICE)
         w = torch.randn(shape[1], device=DEVICE)
@@ -713,7 +744,7 @@ def check_scale_columns_autograd(scale_columns_op):
     """Exercise 5.2: the operator of 5.2 with autograd registered: grads of x and w."""
     name = "Exercise 5.2 (scale_columns_trainable)"
     _require_custom_op(name, scale_columns_op)
-    for shape in [(1, 1), (4, 3), (33, 17)]:
+    for shape in [(1, 1), (4, 3), (33, 17)] + _hidden(lambda: (_size(2, 40), _size(2, 40))):
         x = torch.randn(shape, device=DEVICE, requires_grad=True)
         w = torch.randn(shape[1], device=DEVICE, requires_grad=True)
         grad_out = torch.randn(shape, device=DEVICE)
@@ -740,7 +771,7 @@ def check_without_graph_breaks(peak_scaled_softmax):
 
     name = "Exercise 5.3 (peak_scaled_softmax)"
     torch._dynamo.reset()
-    for shape in [(1, 1), (4, 7), (3, 5, 33)]:
+    for shape in [(1, 1), (4, 7), (3, 5, 33)] + _hidden(lambda: (_size(1, 5), _size(1, 40))):
         x = torch.randn(shape, device=DEVICE) * 3
         x64 = x.double()
         expected = torch.softmax(x64 / x64.abs().max().clamp(min=1.0), dim=-1)
@@ -781,7 +812,8 @@ def check_scatter_back(scatter_back):
     (b, k, d) back at their positions indices (b, k) of a (b, seq_len, d) of zeros,
     differentiably."""
     name = "Exercise 6.1 (scatter_back)"
-    for batch, seq_len, k, dim in [(1, 5, 2, 3), (3, 11, 4, 8), (2, 16, 16, 5)]:
+    hidden = _hidden(lambda: (lambda n: (_size(1, 3), n, _size(1, n), _size(1, 9)))(_size(2, 24)))
+    for batch, seq_len, k, dim in [(1, 5, 2, 3), (3, 11, 4, 8), (2, 16, 16, 5)] + hidden:
         what = f"{name}, {batch} sequences of {seq_len} tokens, {k} routed, dim {dim}"
         indices = torch.rand(batch, seq_len, device=DEVICE).topk(k, dim=-1).indices  # distinct, in no order
         routed = torch.randn(batch, k, dim, device=DEVICE, requires_grad=True)
@@ -812,9 +844,14 @@ def check_routed_causal_mask(routed_causal_mask):
     the router's order (not sorted), returns the (b, k, k) bool mask, True where routed
     query i must not see routed key j: the key stands later in the sequence."""
     name = "Exercise 6.2 (routed_causal_mask)"
-    for batch, seq_len, k in [(1, 6, 3), (3, 20, 7), (2, 9, 9)]:
+    hidden = _hidden(lambda: (lambda n: (_size(1, 3), n, _size(1, n)))(_size(2, 24)))
+    for batch, seq_len, k in [(1, 6, 3), (3, 20, 7), (2, 9, 9)] + hidden:
         what = f"{name}, {batch} sequences of {seq_len} tokens, {k} routed"
         positions = torch.rand(batch, seq_len, device=DEVICE).topk(k, dim=-1).indices
+        steps = positions.diff(dim=-1)
+        monotonic = (steps > 0).all(-1) | (steps < 0).all(-1)
+        if k > 2:  # else a transposed mask and one by place in the list could be the same: swap two
+            positions[monotonic, :2] = positions[monotonic, :2].flip(-1)
         got = run_student_code(name, routed_causal_mask, positions)
         if not isinstance(got, torch.Tensor) or got.dtype != torch.bool:
             raise ExerciseError(f"{what}: expected a torch.bool tensor (a comparison gives one), got "
@@ -847,7 +884,8 @@ def check_route(route):
     from . import routed as routed_block
 
     name = "Exercise 6.3 (route)"
-    for batch, seq_len, k, n_padded in [(2, 12, 4, 3), (3, 20, 6, 8), (2, 8, 6, 4)]:
+    hidden = _hidden(lambda: (lambda n: (_size(2, 3), n, _size(1, n), _size(0, n - 1)))(_size(4, 24)))
+    for batch, seq_len, k, n_padded in [(2, 12, 4, 3), (3, 20, 6, 8), (2, 8, 6, 4)] + hidden:
         what = f"{name}, {batch} sequences of {seq_len} tokens, {n_padded} padded at the end of the last, {k} routed"
         s = torch.randn(batch, seq_len, device=DEVICE, requires_grad=True)
         mask = torch.ones(batch, seq_len, dtype=torch.bool, device=DEVICE)
@@ -886,5 +924,18 @@ def check_route(route):
         grad_weights = torch.randn(batch, k, device=DEVICE)
         (grad_s,) = torch.autograd.grad(got, s, grad_weights)
         (expected_grad_s,) = torch.autograd.grad(expected, s64, grad_weights.double())
-        compare(f"{what}: the gradient of s", grad_s, expected_grad_s, rtol=1e-3, atol=1e-3)
+        try:
+            compare(f"{what}: the gradient of s", grad_s, expected_grad_s, rtol=1e-3, atol=1e-3)
+        except ExerciseError as error:
+            # Routing without the mask may pick the same tokens (straight-through weights are all 1),
+            # but padding then competes in coordinate descent and the gradient shows it.
+            unmasked_s = s.detach().double().requires_grad_()
+            unmasked_indices, unmasked, _ = routed_block.top_k_routing(unmasked_s, k, None,
+                                                                       ops=routed_block.REFERENCE_OPS)
+            unmasked = unmasked.masked_fill(~mask.gather(1, unmasked_indices), 0.0)
+            unmasked = unmasked.gather(1, unmasked_indices.sort(dim=-1).indices)
+            (unmasked_grad,) = torch.autograd.grad(unmasked, unmasked_s, grad_weights.double())
+            hint = ("\n  hint: this is the gradient of routing without the mask: padding took part in coordinate "
+                    "descent. Pass mask to coor_descent" if _same(grad_s, unmasked_grad, rtol=1e-3, atol=1e-3) else "")
+            raise ExerciseError(f"{error}{hint}") from None
     print("Exercise 6.3 passed: 3 shapes with padding, the routed positions, their weights and the gradient of s.")

@@ -54,7 +54,9 @@ def run_checker(notebook_globals, checker_source, grade_id, seed, results_path, 
 
     code = compile(checker_source, f"<checker {grade_id}>", "exec")
     try:
-        namespace = {EXERCISES_NAME: load_fresh_exercises(package_dir)}
+        exercises = load_fresh_exercises(package_dir)
+        exercises.HIDDEN_SIZES = seed is not None  # a case of hidden size beside the visible ones
+        namespace = {EXERCISES_NAME: exercises}
         # Only the names the checker reads, such as the answer function, come from the notebook.
         namespace.update({name: notebook_globals[name] for name in code.co_names
                           if name != EXERCISES_NAME and name in notebook_globals})
