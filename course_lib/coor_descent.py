@@ -85,12 +85,21 @@ import torch
 import triton
 import triton.language as tl
 
-from .runtime import ON_GPU, cdiv, launch, multiprocessor_count, next_power_of_2, slots_block
+from .runtime import ON_GPU, cdiv, is_traced, kernel_operator, launch, multiprocessor_count, next_power_of_2, slots_block
 from .validation import (check_index_range, check_same_device, check_tensor, first_order_only, on_device_of,
                          wants_gradient)
 
 LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
-NO_SCORE = tl.constexpr(float("-inf"))  # masked columns and columns past the row's end
+
+
+@triton.constexpr_function
+def no_score():
+    """The score of masked columns and columns past the row's end: -inf. A function, not
+    a global constant: inductor copies a kernel's global constants into its own source
+    by their repr, and -inf's repr is not Python."""
+    return float("-inf")
+
+
 CAP_UNREAD_EXPONENTS = tl.constexpr(not ON_GPU)  # see _step_probabilities
 
 # ---------------------------------------------------------------------------- kernels
@@ -106,7 +115,7 @@ def _load_scores(s_ptr, mask_ptr, row, cols, n_cols, stride_s_row, stride_s_col,
     if HAS_MASK:
         mask = tl.load(mask_ptr + row64 * stride_mask_row + cols64 * stride_mask_col, mask=keep, other=0)
         keep = keep & (mask != 0)
-    s = tl.load(s_ptr + row64 * stride_s_row + cols64 * stride_s_col, mask=keep, other=NO_SCORE)
+    s = tl.load(s_ptr + row64 * stride_s_row + cols64 * stride_s_col, mask=keep, other=no_score())
     return s.to(tl.float32)
 
 
@@ -117,7 +126,7 @@ def _frame(row_max, a):
     about 0, and the row max's is about 0, so a sum of exponentials neither overflows
     nor underflows. (A fully masked row: f = 0.)"""
     f = tl.minimum(row_max, (-a).to(tl.float32))
-    f = tl.where(row_max == NO_SCORE, 0.0, f)
+    f = tl.where(row_max == no_score(), 0.0, f)
     return f, (-a - f).to(tl.float32)
 
 
@@ -136,7 +145,7 @@ def _tile_part(s, row_max, a, eps_ptr, phase):
     if phase == 0:
         part = tl.max(s, axis=0)
     elif phase == 1:
-        part = tl.sum((s != NO_SCORE).to(tl.float32), axis=0)
+        part = tl.sum((s != no_score()).to(tl.float32), axis=0)
     else:
         f, c = _frame(row_max, a)
         scale = (1.0 / tl.load(eps_ptr + phase - 1) * LOG2E).to(tl.float32)
@@ -181,12 +190,12 @@ def _gather(slots_ptr, tag, n_tiles, take_max, TILES_BLOCK: tl.constexpr):
     present = tiles < n_tiles
     published = tl.full((), 0, tl.int32)
     total = tl.full((), 0.0, tl.float32)
-    largest = tl.full((), NO_SCORE, tl.float32)
+    largest = tl.full((), no_score(), tl.float32)
     while published < n_tiles:
         words = tl.load(slots_ptr + tiles, mask=present, other=0, volatile=True)
         parts = words.to(tl.uint32).to(tl.float32, bitcast=True)  # the low 32 bits
         published, total, largest = tl.reduce(
-            (((words >> 32) == tag).to(tl.int32), tl.where(present, parts, 0.0), tl.where(present, parts, NO_SCORE)),
+            (((words >> 32) == tag).to(tl.int32), tl.where(present, parts, 0.0), tl.where(present, parts, no_score())),
             0, _count_sum_max,
         )
     return tl.where(take_max, largest, total)
@@ -212,6 +221,7 @@ def coor_descent_forward_kernel(
     is reused by phase q + 2, which no tile can publish before every tile has read
     phase q + 1, hence after it has read phase q.
     """
+    logk_value = tl.cast(logk_value, tl.float32)  # inductor passes a Python float as float64
     tile = tl.program_id(1)
     n_tiles = tl.num_programs(1)
     cols = tile * BLOCK + tl.arange(0, BLOCK)
@@ -261,7 +271,7 @@ def _output_grad(s, dy, a_last, eps_last):
     w = _shifted_scores(s, a_last)
     inverse_eps = (1.0 / eps_last).to(tl.float32)
     y = tl.exp2(tl.minimum(w, 0.0) * (inverse_eps * LOG2E))
-    return tl.where((w <= 0.0) & (s != NO_SCORE), dy * y * inverse_eps, 0.0)
+    return tl.where((w <= 0.0) & (s != no_score()), dy * y * inverse_eps, 0.0)
 
 
 @triton.jit
@@ -335,6 +345,7 @@ def coor_descent_backward_partials_kernel(
     """For split rows: tile c's parts of the backward's sums, partials[row, t, c]:
     t = 0 holds sum_j dw_j, t >= 1 the mass sum_j p_j [s_j > -a_t] of iteration t.
     None of them depends on the gradient flowing back, so all come from one pass."""
+    logk_value = tl.cast(logk_value, tl.float32)  # inductor passes a Python float as float64
     row = tl.program_id(0)
     tile = tl.program_id(1)
     n_tiles = tl.num_programs(1)
@@ -369,6 +380,7 @@ def coor_descent_backward_kernel(
     A whole row in one tile computes its sums itself; a split row reads them from
     ``sums`` (rows, n_iters), the partials added up over tiles. Tile 0 writes dlogk.
     """
+    logk_value = tl.cast(logk_value, tl.float32)  # inductor passes a Python float as float64
     row = tl.program_id(0)
     tile = tl.program_id(1)
     cols, s, dy, logk, row_max, a_row = _backward_tile(
@@ -401,7 +413,7 @@ def coor_descent_backward_kernel(
         if t > 1:
             ds, grad_a, dlogk = _step_back(ds, grad_a, dlogk, p_u, takes_u, mass_u, tl.load(eps_ptr + u))
     dlogk += grad_a * tl.load(eps_ptr)
-    ds = tl.where(s != NO_SCORE, ds, 0.0)  # exactly 0 where masked, whatever dy holds
+    ds = tl.where(s != no_score(), ds, 0.0)  # exactly 0 where masked, whatever dy holds
     tl.store(ds_ptr + row64 * stride_ds_row + cols, ds.to(ds_ptr.dtype.element_ty), mask=cols < n_cols)
     tl.store(dlogk_ptr + row, dlogk.to(tl.float32), mask=tile == 0)
 
@@ -489,9 +501,8 @@ class Schedule(NamedTuple):
     exp2_scale: torch.Tensor  # (n_iters + 1,) float64: LOG2E / eps, what the backward multiplies by
 
 
-@functools.lru_cache(maxsize=64)
-def eps_schedule(n_iters, eps, eps_init, eps_decay, device):
-    """The Schedule on the device, made once for each setting. The backward multiplies
+def make_eps_schedule(n_iters, eps, eps_init, eps_decay, device):
+    """The Schedule on the device (eps_schedule keeps one for each setting). The backward multiplies
     by LOG2E / eps instead of dividing: float64 divisions are slow, and it would do two an
     iteration. In the forward the division overlaps the row's sum, and reading a second
     table measured slower, so it divides."""
@@ -502,6 +513,9 @@ def eps_schedule(n_iters, eps, eps_init, eps_decay, device):
         current = max(current * eps_decay, eps)
     table = torch.tensor([values, [LOG2E.value / v for v in values]], dtype=torch.float64, device=device)
     return Schedule(n_iters, table[0], table[1])
+
+
+eps_schedule = functools.lru_cache(maxsize=64)(make_eps_schedule)
 
 
 def _logk_args(logk):
@@ -599,7 +613,11 @@ def _as_rows(s, mask):
     """(s, mask) viewed as (rows, n), copying only when the strides do not allow a view;
     the mask as uint8, which the kernels load as bytes."""
     s2d = s.reshape(-1, s.shape[-1])
-    return s2d, None if mask is None else mask.reshape(s2d.shape).view(torch.uint8)
+    if mask is None:
+        return s2d, None
+    mask2d = mask.reshape(s2d.shape)
+    # Traced, a copy: inductor cannot lower a view of bool as uint8.
+    return s2d, mask2d.to(torch.uint8) if is_traced(mask2d) else mask2d.view(torch.uint8)
 
 
 def _forward(s, logk, mask, schedule):
@@ -631,49 +649,61 @@ class CoorDescentFunction(torch.autograd.Function):
 
 
 # -------------------------------------------------------------------- custom operator
-# What torch.compile traces; see weighted_sum.py's operators for why eager calls keep
-# the autograd.Function. The operators take the eps settings rather than the Schedule
-# (built inside, once per setting), and a per-row logk as a tensor or, when k is
-# one number, as logk_value. A tensor k is checked inside the forward, on the values it
-# holds at run time, except while a CUDA graph is being captured (no reads back then).
+# What torch.compile traces: operators whose bodies inductor sees through on a GPU
+# (see weighted_sum.py's operators for how, and why eager calls keep the
+# autograd.Function). The operators take the eps settings rather than the Schedule, and
+# a per-row logk as a tensor or, when k is one number, as logk_value. The body runs on
+# fake tensors at compile time, so it builds its Schedule there (a constant of the
+# graph) rather than from eps_schedule's cache, which must only ever hold real tensors.
+#
+# A tensor k is checked by an operator of its own, opaque to torch.compile, which
+# reads k's values at run time, except while a CUDA graph is being captured (no reads
+# back then): the one check a traced body cannot make.
 
 
-@torch.library.custom_op("course_lib::coor_descent", mutates_args=())
+def _schedule_for(s, n_iters, eps, eps_init, eps_decay):
+    build = make_eps_schedule if is_traced(s) else eps_schedule
+    return build(n_iters, eps, eps_init, eps_decay, s.device)
+
+
+@kernel_operator("course_lib::coor_descent")
 def coor_descent_op(
     s: torch.Tensor, mask: Optional[torch.Tensor], logk: Optional[torch.Tensor], logk_value: float,
-    k_to_check: Optional[torch.Tensor], n_iters: int, eps: float, eps_init: Optional[float], eps_decay: float,
+    n_iters: int, eps: float, eps_init: Optional[float], eps_decay: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    if k_to_check is not None and not (ON_GPU and torch.cuda.is_current_stream_capturing()):
-        _check_k_values("coor_descent", k_to_check, s.shape[-1])
-    schedule = eps_schedule(n_iters, eps, eps_init, eps_decay, s.device)
+    schedule = _schedule_for(s, n_iters, eps, eps_init, eps_decay)
     return _forward(s, logk_value if logk is None else logk, mask, schedule)
 
 
-@coor_descent_op.register_fake
-def _(s, mask, logk, logk_value, k_to_check, n_iters, eps, eps_init, eps_decay):
-    n_rows = s.numel() // s.shape[-1]
-    return s.new_empty(s.shape), s.new_empty((n_rows, n_iters), dtype=torch.float64), s.new_empty(n_rows, dtype=torch.float32)
-
-
-@torch.library.custom_op("course_lib::coor_descent_backward", mutates_args=())
+@kernel_operator("course_lib::coor_descent_backward")
 def coor_descent_backward_op(
     s: torch.Tensor, mask: Optional[torch.Tensor], logk: Optional[torch.Tensor], logk_value: float, n_iters: int,
     eps: float, eps_init: Optional[float], eps_decay: float, a: torch.Tensor, row_max: torch.Tensor, dy: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     s2d, mask2d = _as_rows(s, mask)
-    schedule = eps_schedule(n_iters, eps, eps_init, eps_decay, s.device)
+    schedule = _schedule_for(s, n_iters, eps, eps_init, eps_decay)
     ds, dlogk = coor_descent_backward(s2d, mask2d, logk_value if logk is None else logk, schedule, a, row_max,
                                       dy.reshape(s2d.shape))
     return ds.reshape(s.shape), dlogk
 
 
-@coor_descent_backward_op.register_fake
-def _(s, mask, logk, logk_value, n_iters, eps, eps_init, eps_decay, a, row_max, dy):
-    return s.new_empty(s.shape), s.new_empty(s.numel() // s.shape[-1], dtype=torch.float32)
+@torch.library.custom_op("course_lib::coor_descent_check_k", mutates_args=())
+def check_k_op(k: torch.Tensor, n_cols: int) -> torch.Tensor:
+    if not (ON_GPU and torch.cuda.is_current_stream_capturing()):
+        _check_k_values("coor_descent", k, n_cols)
+    return k.clone()  # an operator's output may not alias its input
+
+
+@check_k_op.register_fake
+def _(k, n_cols):
+    return torch.empty_like(k)
+
+
+check_k_op.register_autograd(lambda ctx, grad: (grad, None))
 
 
 def _save_for_coor_descent_backward(ctx, inputs, output):
-    s, mask, logk, logk_value, _, *ctx.settings = inputs
+    s, mask, logk, logk_value, *ctx.settings = inputs
     _, a, row_max = output
     ctx.save_for_backward(s, mask, logk, a, row_max)
     ctx.logk_value = logk_value
@@ -682,7 +712,7 @@ def _save_for_coor_descent_backward(ctx, inputs, output):
 def _coor_descent_op_backward(ctx, dy, *_grad_state):
     s, mask, logk, a, row_max = ctx.saved_tensors
     ds, dlogk = coor_descent_backward_op(s, mask, logk, ctx.logk_value, *ctx.settings, a, row_max, dy)
-    return ds, None, (dlogk if logk is not None else None), None, None, None, None, None, None
+    return ds, None, (dlogk if logk is not None else None), None, None, None, None, None
 
 
 coor_descent_op.register_autograd(_coor_descent_op_backward, setup_context=_save_for_coor_descent_backward)
@@ -782,15 +812,18 @@ def coor_descent(s, *, n_iters, k, eps=0.1, eps_init=None, eps_decay=1.0, mask=N
     op = "coor_descent"
     _check_inputs(op, s, n_iters, k, eps, eps_init, eps_decay, mask, checkpoint_segments)
     settings = (int(n_iters), float(eps), None if eps_init is None else float(eps_init), float(eps_decay))
+    compiling = torch.compiler.is_compiling()
     if isinstance(k, torch.Tensor):
+        if compiling:
+            k = check_k_op(k, s.shape[-1])
         rows = s.numel() // s.shape[-1]
         logk = torch.log(k.float().clamp(min=1e-20)).expand(s.shape[:-1]).reshape(rows).contiguous()
     else:
         logk = math.log(max(float(k), 1e-20))
-    if torch.compiler.is_compiling():
+    if compiling:
         if isinstance(logk, torch.Tensor):
-            return coor_descent_op(s, mask, logk, 0.0, k.detach(), *settings)[0]
-        return coor_descent_op(s, mask, None, logk, None, *settings)[0]
+            return coor_descent_op(s, mask, logk, 0.0, *settings)[0]
+        return coor_descent_op(s, mask, None, logk, *settings)[0]
     schedule = eps_schedule(*settings, s.device)
     if wants_gradient(op, s=s, k=logk):
         return CoorDescentFunction.apply(s, logk, mask, schedule)

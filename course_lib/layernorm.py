@@ -48,7 +48,8 @@ import triton.language as tl
 from torch import nn
 
 from .rows import as_rows, known_multiple_of, sum_partial_rows, width_hint
-from .runtime import ON_GPU, cdiv, launch, max_shared_memory, multiprocessor_count, next_power_of_2, slots_block
+from .runtime import (ON_GPU, cdiv, kernel_operator, launch, max_shared_memory, multiprocessor_count, next_power_of_2,
+                      slots_block)
 from .validation import (
     INT32_LIMIT,
     check_index_range,
@@ -89,6 +90,7 @@ def layernorm_forward_kernel(
     BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, VEC: tl.constexpr,
 ):
     """One program normalises BLOCK_ROWS whole rows held in registers (BLOCK_COLS >= n_cols)."""
+    eps = tl.cast(eps, tl.float32)  # inductor passes a Python float as float64
     n_cols = known_multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (width_hint)
     stride_x_row = known_multiple_of(stride_x_row, VEC)
     stride_y_row = known_multiple_of(stride_y_row, VEC)
@@ -141,6 +143,7 @@ def layernorm_forward_looped_kernel(
     BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, NUM_STAGES: tl.constexpr, VEC: tl.constexpr,
 ):
     """Rows wider than a block: one pass over tiles for the statistics, one to normalise."""
+    eps = tl.cast(eps, tl.float32)  # inductor passes a Python float as float64
     n_cols = known_multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (width_hint)
     stride_x_row = known_multiple_of(stride_x_row, VEC)
     stride_y_row = known_multiple_of(stride_y_row, VEC)
@@ -264,6 +267,7 @@ def layernorm_backward_kernel(
     writes them as its partial row of dgamma (then dbeta): no atomics, and the partial
     rows are added in a fixed order afterwards.
     """
+    eps = tl.cast(eps, tl.float32)  # inductor passes a Python float as float64
     n_cols = known_multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (width_hint)
     stride_x_row = known_multiple_of(stride_x_row, VEC)
     stride_grad_y_row = known_multiple_of(stride_grad_y_row, VEC)
@@ -372,6 +376,7 @@ def layernorm_backward_dx_kernel(
     BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, BLOCK_SUMS: tl.constexpr, NUM_STAGES: tl.constexpr,
 ):
     """Rows wider than a block, stage 2: add up each row's sums in a fixed order, then walk the row writing dx."""
+    eps = tl.cast(eps, tl.float32)  # inductor passes a Python float as float64
     n_cols = known_multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (width_hint)
     stride_x_row = known_multiple_of(stride_x_row, VEC)
     stride_grad_y_row = known_multiple_of(stride_grad_y_row, VEC)
@@ -513,6 +518,7 @@ def layernorm_backward_split_rows_kernel(
     launcher sees to it). With PREFETCH the next row's tile is loaded before the wait,
     so the load runs during it; that takes registers for a second tile.
     """
+    eps = tl.cast(eps, tl.float32)  # inductor passes a Python float as float64
     n_cols = known_multiple_of(n_cols, VEC)  # the same numbers, visibly multiples of VEC (width_hint)
     stride_x_row = known_multiple_of(stride_x_row, VEC)
     stride_grad_y_row = known_multiple_of(stride_grad_y_row, VEC)
@@ -723,7 +729,8 @@ def layernorm_forward(x, gamma, beta, eps, stable, *, save_stats, tiles=None):
         stats = RowStats(per_row(), per_row(), per_row() if stable else None)
     if n_rows == 0:
         return y.reshape(x.shape), stats
-    block_rows, block_cols, num_warps, num_stages = tiles or forward_tiles(n_cols, x.element_size())
+    # int(): traced with dynamic shapes, the width is a SymInt, which the cache cannot hash
+    block_rows, block_cols, num_warps, num_stages = tiles or forward_tiles(int(n_cols), x.element_size())
     if block_cols >= n_cols:
         kernel, loop_options = layernorm_forward_kernel, {}
     else:
@@ -846,7 +853,7 @@ def layernorm_backward(grad_y, x, gamma, has_beta, stats, eps, stable, *, param_
     if n_rows == 0:
         sums = torch.zeros(partial_width, device=x.device, dtype=param_dtype)
     else:
-        config = config or backward_config(n_cols, x.element_size())
+        config = config or backward_config(int(n_cols), x.element_size())  # int(): as the forward's
         if config.tiles.block_cols >= n_cols:
             backward, plan = _backward_whole_rows, config
         elif config.split_block and _can_split_rows(n_cols, config.split_block):
@@ -892,32 +899,25 @@ class LayerNormFunction(torch.autograd.Function):
 
 
 # -------------------------------------------------------------------- custom operator
-# What torch.compile traces; see weighted_sum.py's operators for why eager calls keep
-# the autograd.Function. An operator returns tensors only: the row statistics are
-# outputs of the forward (row_max empty unless ``stable``), and a missing gradient of
-# gamma or beta is an empty tensor.
+# What torch.compile traces: operators whose bodies inductor sees through on a GPU
+# (see weighted_sum.py's operators for how, and why eager calls keep the
+# autograd.Function). An operator returns tensors only: the row statistics are outputs
+# of the forward (row_max empty unless ``stable``), and a missing gradient of gamma or
+# beta is an empty tensor.
 
 
 def _present(tensor):
     return tensor if tensor.numel() else None
 
 
-@torch.library.custom_op("course_lib::layernorm", mutates_args=())
+@kernel_operator("course_lib::layernorm")
 def layernorm_op(x: torch.Tensor, gamma: Optional[torch.Tensor], beta: Optional[torch.Tensor], eps: float,
                  stable: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     y, stats = layernorm_forward(x, gamma, beta, eps, stable, save_stats=True)
     return y, stats.mean, stats.rstd, stats.row_max if stable else x.new_empty(0, dtype=torch.float32)
 
 
-@layernorm_op.register_fake
-def _(x, gamma, beta, eps, stable):
-    n_rows = x.numel() // x.shape[-1]
-    def per_row(wanted=True):
-        return x.new_empty(n_rows if wanted else 0, dtype=torch.float32)
-    return x.new_empty(x.shape), per_row(), per_row(), per_row(stable)
-
-
-@torch.library.custom_op("course_lib::layernorm_backward", mutates_args=())
+@kernel_operator("course_lib::layernorm_backward")
 def layernorm_backward_op(
     grad_y: torch.Tensor, x: torch.Tensor, gamma: Optional[torch.Tensor], has_beta: bool, mean: torch.Tensor,
     rstd: torch.Tensor, row_max: torch.Tensor, eps: float, stable: bool, param_dtype: torch.dtype,
@@ -930,14 +930,6 @@ def layernorm_backward_op(
     def or_empty(grad):
         return x.new_empty(0, dtype=param_dtype) if grad is None else grad
     return grad_x, or_empty(grad_gamma), or_empty(grad_beta)
-
-
-@layernorm_backward_op.register_fake
-def _(grad_y, x, gamma, has_beta, mean, rstd, row_max, eps, stable, param_dtype):
-    n_cols = x.shape[-1]
-    def param_grad(wanted):
-        return x.new_empty(n_cols if wanted else 0, dtype=param_dtype)
-    return x.new_empty(x.shape), param_grad(gamma is not None), param_grad(has_beta)
 
 
 def _save_for_layernorm_backward(ctx, inputs, output):

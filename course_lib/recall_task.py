@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .routed import COURSE_OPS, REFERENCE_OPS, Norm, RoutedBlock
+from .runtime import DEVICE
 
 IMPLS = ("course_lib", "reference", "colt5_attention")
 IGNORE = -100  # target of the positions that carry no loss (cross_entropy's ignore_index)
@@ -160,7 +161,7 @@ def recall_loss_and_accuracy(model, tokens, targets):
     return loss, accuracy
 
 
-def train_recall(impl, task=RecallTask(), *, steps=200, batch=32, lr=3e-3, seed=0, device="cpu", dtype=torch.float32,
+def train_recall(impl, task=RecallTask(), *, steps=200, batch=32, lr=3e-3, seed=0, device=DEVICE, dtype=torch.float32,
                  **model_kwargs):
     """Train a RecallModel of ``impl`` for ``steps`` AdamW steps on fresh batches.
 

@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .runtime import cdiv, launch, multiprocessor_count, next_power_of_2
+from .runtime import cdiv, is_16_byte_aligned, launch, multiprocessor_count, next_power_of_2
 
 # ---------------------------------------------------------------------------- kernels
 
@@ -53,7 +53,7 @@ def vector_width(*rows):
     2-D views ``rows`` that a kernel reads or writes: the largest power of two that
     divides n_cols and every row stride. Rows must be contiguous and start 16-byte
     aligned, or it is 1."""
-    if any(t.stride(1) != 1 or t.data_ptr() % 16 for t in rows):
+    if any(t.stride(1) != 1 or not is_16_byte_aligned(t) for t in rows):
         return 1
     n_cols = rows[0].shape[1]
     vec = 16 // rows[0].element_size()

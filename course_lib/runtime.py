@@ -16,6 +16,8 @@ import sys
 import warnings
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.functional_tensor import FunctionalTensor
 
 MIN_CAPABILITY = (8, 0)
 
@@ -150,6 +152,11 @@ def max_shared_memory():
 # kernel compiled for exactly these facts, or goes through kernel[grid] to compile one.
 # The direct call uses Triton's launcher interface, which changes between releases, so
 # it is taken only on the releases it was checked on; elsewhere launch is kernel[grid].
+#
+# Under torch.compile the launchers run once more, at compile time, on fake tensors
+# (the bodies of the operators kernel_operator makes): there ``launch`` records the
+# kernel through torch.library.wrap_triton, and inductor then launches it itself, from
+# its own generated code, without any of this Python.
 DIRECT_LAUNCH_TRITON = ("3.6.",)
 _direct_launch = ON_GPU and triton.__version__.startswith(DIRECT_LAUNCH_TRITON)
 _compiled_kernels = {}
@@ -166,6 +173,34 @@ def _specialisation(arg):
     return type(arg)
 
 
+def kernel_operator(name):
+    """Decorator: ``fn``, which allocates tensors and calls ``launch``, as the operator
+    ``name`` for torch.compile. On a GPU a torch.library.triton_op, whose body inductor
+    sees through. Under the interpreter wrap_triton cannot record kernels, so there it
+    is an opaque torch.library.custom_op, and the same body, launching nothing on fake
+    tensors, is its fake implementation."""
+    def decorate(fn):
+        if ON_GPU:
+            return torch.library.triton_op(name, fn, mutates_args=())
+        operator = torch.library.custom_op(name, fn, mutates_args=())
+        operator.register_fake(fn)
+        return operator
+    return decorate
+
+
+def is_traced(tensor):
+    """Whether ``tensor`` is one torch.compile or opcheck traces with (no data behind it)."""
+    return isinstance(tensor, (FakeTensor, FunctionalTensor))
+
+
+def is_16_byte_aligned(tensor):
+    """Whether the tensor's first element sits on a 16-byte boundary. Traced, from its
+    offset into the storage, which the caching allocator starts aligned."""
+    if is_traced(tensor):
+        return tensor.storage_offset() * tensor.element_size() % 16 == 0
+    return tensor.data_ptr() % 16 == 0
+
+
 def launch(kernel, grid, *args, num_warps=4, num_stages=None, maxnreg=None, **constexprs):
     """``kernel[grid](*args, **constexprs, num_warps=..., ...)``, without its per-call work
     after the first launch of each specialisation (Triton 3.6 on a GPU). ``args`` are the
@@ -173,6 +208,10 @@ def launch(kernel, grid, *args, num_warps=4, num_stages=None, maxnreg=None, **co
     options = {"num_warps": num_warps}
     if num_stages is not None:
         options["num_stages"] = num_stages
+    if is_traced(args[0]):  # every kernel's first argument is a tensor
+        if ON_GPU:  # inductor compiles the kernel with its own options, which have no register limit
+            torch.library.wrap_triton(kernel)[grid](*args, **constexprs, **options)
+        return  # under the interpreter: a fake implementation, which only shapes the outputs
     if maxnreg is not None:
         options["maxnreg"] = maxnreg
     if not _direct_launch:

@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .runtime import cdiv, launch, multiprocessor_count, next_power_of_2, num_warps_for
+from .runtime import cdiv, kernel_operator, launch, multiprocessor_count, next_power_of_2, num_warps_for
 from .validation import INT32_LIMIT, check_index_range, check_tensor, first_order_only, on_device_of, wants_gradient
 
 # Causal loads fetch keys up to the diagonal rounded up to this many columns: a load
@@ -443,28 +443,19 @@ class SoftmaxFunction(torch.autograd.Function):
 
 
 # -------------------------------------------------------------------- custom operator
-# What torch.compile traces; see weighted_sum.py's operators for why eager calls keep
-# the autograd.Function.
+# What torch.compile traces: operators whose bodies inductor sees through on a GPU
+# (see weighted_sum.py's operators for how, and why eager calls keep the
+# autograd.Function).
 
 
-@torch.library.custom_op("course_lib::softmax", mutates_args=())
+@kernel_operator("course_lib::softmax")
 def softmax_op(x: torch.Tensor, causal: bool) -> torch.Tensor:
     return softmax_forward(x, causal)
 
 
-@softmax_op.register_fake
-def _(x, causal):
-    return x.new_empty(x.shape)
-
-
-@torch.library.custom_op("course_lib::softmax_backward", mutates_args=())
+@kernel_operator("course_lib::softmax_backward")
 def softmax_backward_op(y: torch.Tensor, grad_y: torch.Tensor, causal: bool) -> torch.Tensor:
     return softmax_backward(y, grad_y, causal)
-
-
-@softmax_backward_op.register_fake
-def _(y, grad_y, causal):
-    return y.new_empty(y.shape)
 
 
 def _save_output(ctx, inputs, output):

@@ -9,7 +9,7 @@ import triton
 import triton.language as tl
 
 from .rows import as_rows, known_multiple_of, sum_partial_rows, vector_width, width_hint
-from .runtime import cdiv, launch, multiprocessor_count, next_power_of_2
+from .runtime import cdiv, kernel_operator, launch, multiprocessor_count, next_power_of_2
 from .validation import (
     check_index_range,
     check_same_device_and_dtype,
@@ -254,33 +254,24 @@ class WeightedSumFunction(torch.autograd.Function):
 
 
 # -------------------------------------------------------------------- custom operator
-# What torch.compile traces (chapter 5): the launchers above are Python that dynamo
-# cannot follow (data pointers, tile plans), so under torch.compile the public function
-# calls these operators instead, which inductor and CUDA graphs treat as opaque calls
-# with known output shapes (the fake implementations). Eager calls keep the
-# autograd.Function: the dispatcher a custom operator goes through costs tens of
-# microseconds of host time a call.
+# What torch.compile traces (chapter 5). On a GPU these are torch.library.triton_op
+# operators (runtime.kernel_operator): torch.compile runs the body once on fake tensors,
+# the launchers above with every kernel they launch recorded through
+# torch.library.wrap_triton, and inductor then launches those kernels from its own code,
+# so a compiled step pays none of this Python and CUDA graphs capture the kernels. Eager
+# calls keep the autograd.Function: the dispatcher an operator goes through costs tens
+# of microseconds of host time a call.
 
 
-@torch.library.custom_op("course_lib::weighted_sum", mutates_args=())
+@kernel_operator("course_lib::weighted_sum")
 def weighted_sum_op(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return weighted_sum_forward(x, weight)
 
 
-@weighted_sum_op.register_fake
-def _(x, weight):
-    return x.new_empty(x.shape[:-1])
-
-
-@torch.library.custom_op("course_lib::weighted_sum_backward", mutates_args=())
+@kernel_operator("course_lib::weighted_sum_backward")
 def weighted_sum_backward_op(x: torch.Tensor, weight: torch.Tensor,
                              grad_y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return weighted_sum_backward(x, weight, grad_y)
-
-
-@weighted_sum_backward_op.register_fake
-def _(x, weight, grad_y):
-    return x.new_empty(x.shape), weight.new_empty(weight.shape)
 
 
 def _save_inputs(ctx, inputs, output):

@@ -7,6 +7,7 @@ from conftest import gpu_only
 
 from benchmarks import bench_routed_block
 from course_lib import benchmarking
+from course_lib.runtime import DEVICE
 
 
 def test_row_counts_bandwidth_and_fraction_of_copy():
@@ -127,18 +128,18 @@ def test_a_small_copy_reaches_less_of_c_than_a_large_one():
 
 
 def test_routed_block_impls_run_one_block_each():
-    """Off the GPU, at a tiny size: every uncompiled implementation of the routed block
-    benchmark builds and runs; course_lib and torch are one block (same weights) on
-    other kernels, colt5_attention the package's own."""
+    """At a tiny size: every uncompiled implementation of the routed block benchmark
+    builds and runs; course_lib and torch are one block (same weights) on other
+    kernels, colt5_attention the package's own."""
     dim, seq_len = 16, 32
     assert list(bench_routed_block.IMPLS) == ["course_lib", "course_lib.compile", "torch", "torch.compile",
                                               "colt5_attention"]
     assert bench_routed_block.num_heavy_tokens(4096) == 512  # the design's routing size
-    x = torch.randn(2, seq_len, dim)
+    x = torch.randn(2, seq_len, dim, device=DEVICE)
     outputs = {}
     for impl, (_, compiled) in bench_routed_block.IMPLS.items():
         if not compiled:
-            block, fn = bench_routed_block.make_block(impl, dim, seq_len, device="cpu", dtype=torch.float32,
+            block, fn = bench_routed_block.make_block(impl, dim, seq_len, device=DEVICE, dtype=torch.float32,
                                                         window=8)
             assert fn is block
             outputs[impl] = fn(x)

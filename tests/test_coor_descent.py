@@ -525,9 +525,10 @@ def test_operators_pass_opcheck(masked):
     mask = torch.rand(s.shape, device=DEVICE) > 0.3 if masked else None
     settings = (5, 0.1, 2.0, 0.7)
     ops = torch.ops.course_lib
-    torch.library.opcheck(ops.coor_descent.default, (s, mask, None, 1.0, None, *settings))
+    torch.library.opcheck(ops.coor_descent.default, (s, mask, None, 1.0, *settings))
     logk = torch.zeros(4, device=DEVICE, requires_grad=True)
-    torch.library.opcheck(ops.coor_descent.default, (s, mask, logk, 0.0, torch.full((4,), 3.0, device=DEVICE), *settings))
-    _, a, row_max = ops.coor_descent(s.detach(), mask, None, 1.0, None, *settings)
+    torch.library.opcheck(ops.coor_descent.default, (s, mask, logk, 0.0, *settings))
+    torch.library.opcheck(ops.coor_descent_check_k.default, (torch.full((4,), 3.0, device=DEVICE, requires_grad=True), 50))
+    _, a, row_max = ops.coor_descent(s.detach(), mask, None, 1.0, *settings)
     torch.library.opcheck(ops.coor_descent_backward.default,
                           (s.detach(), mask, None, 1.0, *settings, a, row_max, torch.randn_like(s.detach())))

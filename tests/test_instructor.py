@@ -362,11 +362,11 @@ def test_hidden_inputs_defeat_answers_recorded_from_the_visible_check(tmp_path):
     recorded_answers = (
         "def scale_columns(x, w):\n"
         "    # BEGIN SOLUTION\n"
-        "    return answers.get(x.numpy().tobytes())\n"
+        "    return answers.get(x.cpu().numpy().tobytes())\n"
         "    # END SOLUTION\n\n\n"
         "answers = {}\n"
         "torch.manual_seed(0)  # the inputs the visible check will draw, answered once with the formula\n"
-        "exercises.check_scale_columns(lambda x, w: answers.setdefault(x.numpy().tobytes(), x * w))\n"
+        "exercises.check_scale_columns(lambda x, w: answers.setdefault(x.cpu().numpy().tobytes(), x * w))\n"
         "torch.manual_seed(0)"
     )
     release = write_notebook(tmp_path / "release" / "lesson.ipynb", [
