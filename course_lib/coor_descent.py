@@ -317,12 +317,15 @@ def _step_back(ds, grad_a, dlogk, p, takes_s, mass, eps):
 
 
 @triton.jit
-def _backward_tile(s_ptr, mask_ptr, dy_ptr, logk_ptr, a_ptr, row_max_ptr, row, tile, n_cols, n_iters,
+def _backward_tile(s_ptr, mask_ptr, dy_ptr, logk_ptr, a_ptr, row_max_ptr, row, cols, n_cols, n_iters,
                    logk_value, stride_s_row, stride_s_col, stride_mask_row, stride_mask_col, stride_dy_row,
-                   stride_dy_col, HAS_MASK: tl.constexpr, LOGK_PER_ROW: tl.constexpr, BLOCK: tl.constexpr):
-    """What both backward kernels start from for tile ``tile`` of ``row``: its columns, s
-    and dy (float32), log k, the row max, and a pointer to the row's saved a."""
-    cols = tile * BLOCK + tl.arange(0, BLOCK)
+                   stride_dy_col, HAS_MASK: tl.constexpr, LOGK_PER_ROW: tl.constexpr):
+    """What both backward kernels start from for the columns ``cols`` of ``row``: s and dy
+    (float32), log k, the row max, and a pointer to the row's saved a.
+
+    The caller computes ``cols``: torch.compile decides which arguments a kernel writes by
+    following each store's address back, and an address built from a helper's result
+    would count every pointer passed to the helper as written."""
     s = _load_scores(s_ptr, mask_ptr, row, cols, n_cols, stride_s_row, stride_s_col,
                      stride_mask_row, stride_mask_col, HAS_MASK)
     row64 = tl.cast(row, tl.int64)
@@ -332,7 +335,7 @@ def _backward_tile(s_ptr, mask_ptr, dy_ptr, logk_ptr, a_ptr, row_max_ptr, row, t
     else:
         logk = logk_value
     row_max = tl.load(row_max_ptr + row)
-    return cols, s, dy.to(tl.float32), logk, row_max, a_ptr + row64 * n_iters
+    return s, dy.to(tl.float32), logk, row_max, a_ptr + row64 * n_iters
 
 
 @triton.jit(do_not_specialize=["n_iters"])
@@ -349,10 +352,11 @@ def coor_descent_backward_partials_kernel(
     row = tl.program_id(0)
     tile = tl.program_id(1)
     n_tiles = tl.num_programs(1)
-    cols, s, dy, logk, row_max, a_row = _backward_tile(
-        s_ptr, mask_ptr, dy_ptr, logk_ptr, a_ptr, row_max_ptr, row, tile, n_cols, n_iters, logk_value,
+    cols = tile * BLOCK + tl.arange(0, BLOCK)
+    s, dy, logk, row_max, a_row = _backward_tile(
+        s_ptr, mask_ptr, dy_ptr, logk_ptr, a_ptr, row_max_ptr, row, cols, n_cols, n_iters, logk_value,
         stride_s_row, stride_s_col, stride_mask_row, stride_mask_col, stride_dy_row, stride_dy_col,
-        HAS_MASK, LOGK_PER_ROW, BLOCK,
+        HAS_MASK, LOGK_PER_ROW,
     )
     row64 = tl.cast(row, tl.int64)
     out = partials_ptr + row64 * n_iters * n_tiles + tile
@@ -383,10 +387,11 @@ def coor_descent_backward_kernel(
     logk_value = tl.cast(logk_value, tl.float32)  # inductor passes a Python float as float64
     row = tl.program_id(0)
     tile = tl.program_id(1)
-    cols, s, dy, logk, row_max, a_row = _backward_tile(
-        s_ptr, mask_ptr, dy_ptr, logk_ptr, a_ptr, row_max_ptr, row, tile, n_cols, n_iters, logk_value,
+    cols = tile * BLOCK + tl.arange(0, BLOCK)
+    s, dy, logk, row_max, a_row = _backward_tile(
+        s_ptr, mask_ptr, dy_ptr, logk_ptr, a_ptr, row_max_ptr, row, cols, n_cols, n_iters, logk_value,
         stride_s_row, stride_s_col, stride_mask_row, stride_mask_col, stride_dy_row, stride_dy_col,
-        HAS_MASK, LOGK_PER_ROW, BLOCK,
+        HAS_MASK, LOGK_PER_ROW,
     )
     row64 = tl.cast(row, tl.int64)
 
