@@ -175,9 +175,9 @@ def test_rejects_too_few_dimensions(op, fn, make):
 # Before torch 2.13, AOTAutograd hands back the first-order gradients of a compiled
 # graph detached when its backward reads no tensor that requires grad: the softmax's
 # reads only its output y and dy. On a GPU, where the operators' kernels are traced into
-# the graph, coordinate descent's come back detached too (seen with torch 2.11). There a gradient penalty would
-# lose its second-order terms without a word; the README warns of it. From 2.13
-# AOTAutograd refuses it.
+# the graph, coordinate descent's come back detached too (seen with torch 2.11). There a
+# gradient penalty would lose its second-order terms without a word; the README warns
+# of it. From 2.13 AOTAutograd refuses it.
 TORCH_VERSION = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
 DETACHED_WHEN_COMPILED = (
     {"softmax", "causal_softmax"} | ({"coor_descent"} if ON_GPU else set()) if TORCH_VERSION < (2, 13) else set()
