@@ -19,14 +19,8 @@ import triton
 from triton.runtime.errors import OutOfResources
 
 from course_lib.benchmarking import copy_bandwidth_gbps, median_ms, require_gpu
-from course_lib.layernorm import (
-    BackwardConfig,
-    Tiles,
-    backward_config,
-    forward_tiles,
-    layernorm_backward,
-    layernorm_forward,
-)
+from course_lib.layernorm import layernorm_backward, layernorm_forward
+from course_lib.layernorm_parts import BackwardConfig, Tiles, backward_config, forward_tiles
 
 from .bench_layernorm import DTYPES, SHAPES
 
@@ -114,7 +108,7 @@ def tune_forward(x, gamma, beta, copy_gbps, results):
     n_cols = x.shape[-1]
 
     def launch(tiles):
-        return layernorm_forward(x, gamma, beta, 1e-5, False, save_stats=False, tiles=tiles)[:1]
+        return layernorm_forward(x, gamma, beta, 1e-5, save_stats=False, tiles=tiles)[:1]
 
     default = forward_tiles(n_cols, x.element_size())
     n_bytes = 2 * x.numel() * x.element_size()
@@ -125,10 +119,10 @@ def tune_forward(x, gamma, beta, copy_gbps, results):
 def tune_backward(x, gamma, beta, copy_gbps, results):
     n_cols = x.shape[-1]
     grad_y = torch.randn_like(x)
-    _, stats = layernorm_forward(x, gamma, beta, 1e-5, False, save_stats=True)
+    _, stats = layernorm_forward(x, gamma, beta, 1e-5, save_stats=True)
 
     def launch(config):
-        return layernorm_backward(grad_y, x, gamma, True, stats, 1e-5, False, config=config)
+        return layernorm_backward(grad_y, x, gamma, True, stats, config=config)
 
     default = backward_config(n_cols, x.element_size())
     n_bytes = 3 * x.numel() * x.element_size()

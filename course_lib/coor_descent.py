@@ -63,9 +63,10 @@ Filling the GPU
 A row of up to ROW_BLOCK_MAX columns is one program that reads s once, keeps it in
 registers through every iteration and writes y once. Longer rows, or few long rows,
 are split across programs, one tile each. In the forward each iteration needs a sum
-over the whole row: every program publishes its tile's part with the iteration's
-number in one 64-bit word, waits until all tiles of its row have published, and adds
-them up in a fixed order (so all tiles get the same a, and runs repeat bit for bit).
+over the whole row: every program publishes its tile's part tagged with the
+iteration's number, waits until all tiles of its row have published, and adds them up
+in a fixed order (so all tiles get the same a, and runs repeat bit for bit): the
+protocol of ``split_rows``, which chapter 3's wide LayerNorm backward uses too.
 On a GPU one launch runs every iteration, all programs resident at once; the
 interpreter runs programs one after another, so there each step is a launch of its
 own (as on a GPU when a row has more tiles than there are multiprocessors). In the
@@ -85,7 +86,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .runtime import ON_GPU, cdiv, is_traced, kernel_operator, launch, multiprocessor_count, next_power_of_2, slots_block
+from .runtime import ON_GPU, cdiv, is_traced, kernel_operator, launch, multiprocessor_count, next_power_of_2
+from .split_rows import gather, publish, slots_block
 from .validation import (check_index_range, check_same_device, check_tensor, first_order_only, on_device_of,
                          wants_gradient)
 
@@ -165,42 +167,6 @@ def _next_a(total, row_max, a, eps, logk, first):
     return tl.where(nothing, 0.0, eps * logk - lse)
 
 
-@triton.jit
-def _publish(slot_ptr, value, tag):
-    """Write ``value`` with ``tag`` in one 64-bit word: a reader sees both or neither."""
-    bits = value.to(tl.uint32, bitcast=True).to(tl.int64)  # unsigned: zero-extended
-    tl.atomic_xchg(slot_ptr, (tl.cast(tag, tl.int64) << 32) | bits)
-
-
-@triton.jit
-def _count_sum_max(count_a, sum_a, max_a, count_b, sum_b, max_b):
-    return count_a + count_b, sum_a + sum_b, tl.maximum(max_a, max_b)
-
-
-@triton.jit
-def _gather(slots_ptr, tag, n_tiles, take_max, TILES_BLOCK: tl.constexpr):
-    """Wait until every tile of the row has published ``tag``, then combine the parts,
-    always in the same order: their max, or their sum.
-
-    One reduction both counts the tiles that have published and combines their parts,
-    so the parts combined are the ones counted: where several threads held copies of a
-    slot, loaded at different moments, a count over one copy and a sum over another
-    could disagree. TILES_BLOCK, from runtime.slots_block, keeps copies within a warp."""
-    tiles = tl.arange(0, TILES_BLOCK)
-    present = tiles < n_tiles
-    published = tl.full((), 0, tl.int32)
-    total = tl.full((), 0.0, tl.float32)
-    largest = tl.full((), no_score(), tl.float32)
-    while published < n_tiles:
-        words = tl.load(slots_ptr + tiles, mask=present, other=0, volatile=True)
-        parts = words.to(tl.uint32).to(tl.float32, bitcast=True)  # the low 32 bits
-        published, total, largest = tl.reduce(
-            (((words >> 32) == tag).to(tl.int32), tl.where(present, parts, 0.0), tl.where(present, parts, no_score())),
-            0, _count_sum_max,
-        )
-    return tl.where(take_max, largest, total)
-
-
 @triton.jit(do_not_specialize=["n_iters", "first_step", "last_step"])
 def coor_descent_forward_kernel(
     s_ptr, mask_ptr, logk_ptr, eps_ptr, a_ptr, row_max_ptr, y_ptr, slots_ptr,
@@ -246,7 +212,8 @@ def coor_descent_forward_kernel(
                 phase = step - 1
                 if SPLIT:
                     slots = slots_ptr + (row64 * 2 + phase % 2) * n_tiles
-                    total = _gather(slots, phase + 1, n_tiles, phase == 0, TILES_BLOCK)
+                    total, _, largest = gather(slots, phase + 1, n_tiles, 1, TILES_BLOCK)
+                    total = tl.where(phase == 0, largest, total)  # the row max, or iteration phase - 2's sum
                 else:
                     total = part
                 if phase == 0:
@@ -258,7 +225,7 @@ def coor_descent_forward_kernel(
             if step <= n_iters:
                 part = _tile_part(s, row_max, a, eps_ptr, step)
                 if SPLIT:
-                    _publish(slots_ptr + (row64 * 2 + step % 2) * n_tiles + tile, part, step + 1)
+                    publish(slots_ptr + (row64 * 2 + step % 2) * n_tiles + tile, part, step + 1)
         if last_step == n_iters + 2:
             scale = (1.0 / tl.load(eps_ptr + n_iters) * LOG2E).to(tl.float32)
             y = tl.exp2(tl.minimum(_shifted_scores(s, a), 0.0) * scale)

@@ -263,22 +263,6 @@ def next_power_of_2(n):
     return 1 << (n - 1).bit_length() if n > 0 else 0
 
 
-def slots_block(n_tiles, num_warps, words_a_tile=1):
-    """TILES_BLOCK for a kernel whose programs spin on a tile of words_a_tile x TILES_BLOCK
-    slot words, then add up the parts they hold: a power of 2 covering n_tiles.
-
-    Where a tile has fewer words than the program has threads, Triton gives several
-    threads a copy of one word, each loaded at its own moment, and while the word is
-    being published the copies may disagree. A check of one copy and a sum over another
-    then add up a part still missing. So either every word fits in one warp (32), and
-    each warp checks and adds up a copy of its own, or the tile is widened until every
-    thread holds words of its own, and there are no copies."""
-    block = next_power_of_2(n_tiles)
-    if block * words_a_tile <= 32:
-        return block
-    return max(block, 32 * num_warps // words_a_tile)
-
-
 def num_warps_for(block_elements):
     """Warps for a program whose tile holds ``block_elements`` values.
 

@@ -6,19 +6,9 @@ import torch
 from conftest import (COMPILE_MODES, DTYPES, TOLERANCES, assert_compiled_refuses, assert_compiles_whole, assert_matches,
                       gpu_only, poison_cached_memory)
 from course_lib import references
-from course_lib.layernorm import (
-    BACKWARD_MAX_BLOCK,
-    FORWARD_MAX_BLOCK,
-    SHARED_MEMORY_RESERVE,
-    BackwardConfig,
-    LayerNorm,
-    Tiles,
-    backward_config,
-    forward_tiles,
-    layernorm,
-    layernorm_forward,
-    pipeline_shared_bytes,
-)
+from course_lib.layernorm import LayerNorm, layernorm, layernorm_forward
+from course_lib.layernorm_parts import BACKWARD_MAX_BLOCK, SPLIT_ROW_BLOCK, BackwardConfig, Tiles, backward_config
+from course_lib.layernorm_wide import SPLIT_PROGRAMS_PER_SM, can_split_rows
 from course_lib.runtime import DEVICE, ON_GPU, multiprocessor_count
 
 # The module itself, even where course_lib also exports a function named layernorm.
@@ -259,10 +249,8 @@ def test_gradient_through_sum_has_stride_zero_grad():
 def test_forward_tiles_override_picks_the_looped_kernel():
     x = random_rows((5, 100), torch.float32)
     gamma, beta = random_params(100, torch.float32)
-    whole, whole_stats = layernorm_forward(x, gamma, beta, 1e-5, True, save_stats=True)
-    looped, looped_stats = layernorm_forward(
-        x, gamma, beta, 1e-5, True, save_stats=True, tiles=Tiles(1, 32, 4)
-    )
+    whole, whole_stats = layernorm_forward(x, gamma, beta, 1e-5, save_stats=True)
+    looped, looped_stats = layernorm_forward(x, gamma, beta, 1e-5, save_stats=True, tiles=Tiles(1, 32, 4))
     torch.testing.assert_close(looped, whole)
     for a, b in zip(looped_stats, whole_stats):
         torch.testing.assert_close(a, b)
@@ -281,16 +269,28 @@ def saved_by(fn):
     return saved
 
 
-@pytest.mark.parametrize("stable", [False, True], ids=["plain", "stable"])
-def test_training_saves_only_row_statistics_besides_the_inputs(stable):
+def test_training_saves_only_row_statistics_besides_the_inputs():
     x = random_rows((6, 40), torch.float32).requires_grad_()
     gamma, beta = (leaf(t) for t in random_params(40, torch.float32))
-    saved = saved_by(lambda: layernorm(x, gamma, beta, stable=stable))
+    saved = saved_by(lambda: layernorm(x, gamma, beta))
     inputs = [t for t in saved if t.shape != (6,)]
     row_stats = [t for t in saved if t.shape == (6,)]
     assert [t.data_ptr() for t in inputs] == [x.data_ptr(), gamma.data_ptr()]
-    assert len(row_stats) == (3 if stable else 2)  # mean, rstd (and the row maximum)
+    assert len(row_stats) == 2  # mean, rstd
     assert all(t.dtype == torch.float32 for t in row_stats)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_stable_saves_the_divided_rows_too(dtype):
+    """stable=True divides outside the kernels, with PyTorch's autograd: that saves
+    z = x / max(x), one float32 activation of x's size, and the row maxima."""
+    x = random_rows((6, 40), dtype).requires_grad_()
+    gamma, beta = (leaf(t) for t in random_params(40, dtype))
+    saved = saved_by(lambda: layernorm(x, gamma, beta, stable=True))
+    activations = {t.data_ptr() for t in saved if t.numel() == x.numel()} - {x.data_ptr()}
+    assert len(activations) == (1 if dtype == torch.float32 else 2)  # z, and x in float32 unless it is
+    assert all(t.numel() in (x.numel(), 40, 6) for t in saved)
+    assert all(t.dtype == torch.float32 for t in saved if t.numel() == 6)
 
 
 def test_inference_saves_nothing():
@@ -314,49 +314,15 @@ def test_empty_rows():
     assert torch.all(gamma.grad == 0) and torch.all(beta.grad == 0)
 
 
-@pytest.mark.parametrize("n_cols", [1, 2, 3, 17, 100, 1024, 4096, 8192, 16384, 32768, 2**17])
-@pytest.mark.parametrize("element_size", [2, 4])
-def test_tiles_are_powers_of_two(n_cols, element_size):
-    config = backward_config(n_cols, element_size)
-    for tiles in (forward_tiles(n_cols, element_size), config.tiles, config.dx_tiles or config.tiles):
-        for value in (tiles.block_rows, tiles.block_cols, tiles.num_warps):
-            assert value >= 1 and value & (value - 1) == 0
-        assert tiles.num_stages >= 1
-    assert config.programs_per_sm >= 1
-    if n_cols <= FORWARD_MAX_BLOCK:  # rows this wide sit whole in registers
-        assert forward_tiles(n_cols, element_size).block_cols >= n_cols
-    if n_cols <= BACKWARD_MAX_BLOCK:
-        assert config.tiles.block_cols >= n_cols
-
-
-L4_SHARED, A100_SHARED, H100_SHARED = 99 * 1024, 163 * 1024, 227 * 1024  # bytes a program may use
-
-
-@pytest.mark.parametrize("shared_memory", [L4_SHARED, A100_SHARED, H100_SHARED])
-@pytest.mark.parametrize("n_cols", [1, 2, 16, 100, 1024, 4096, 8192, 2**17])
-@pytest.mark.parametrize("element_size", [2, 4])
-def test_backward_pipeline_fits_the_gpus_shared_memory(n_cols, element_size, shared_memory):
-    tiles = backward_config(n_cols, element_size, shared_memory).tiles
-    assert pipeline_shared_bytes(tiles, element_size) + SHARED_MEMORY_RESERVE <= shared_memory
-    if element_size == 2 and n_cols <= 8192:  # 16 KiB tiles: pipelined on every supported GPU
-        assert tiles.num_stages > 1
-
-
 def test_rows_are_split_only_where_all_their_programs_fit():
-    block = layernorm_module.SPLIT_ROW_BLOCK
-    most_blocks = layernorm_module.SPLIT_PROGRAMS_PER_SM * multiprocessor_count()
+    block = SPLIT_ROW_BLOCK
+    most_blocks = SPLIT_PROGRAMS_PER_SM * multiprocessor_count()
     assert backward_config(BACKWARD_MAX_BLOCK + 1, 2).split_block == block
     assert backward_config(BACKWARD_MAX_BLOCK, 2).split_block is None  # whole rows
-    assert layernorm_module._can_split_rows(block, block)  # one block: even the interpreter
-    assert layernorm_module._can_split_rows(block + 1, block) == ON_GPU  # two blocks wait on each other
-    assert layernorm_module._can_split_rows(most_blocks * block, block) == ON_GPU
-    assert not layernorm_module._can_split_rows(most_blocks * block + 1, block)
-
-
-def test_float32_rows_of_8192_are_pipelined_only_where_they_fit():
-    assert backward_config(8192, 4, H100_SHARED).tiles.num_stages > 1
-    assert backward_config(8192, 4, A100_SHARED).tiles.num_stages > 1
-    assert backward_config(8192, 4, L4_SHARED).tiles.num_stages == 1
+    assert can_split_rows(block, block)  # one block: even the interpreter
+    assert can_split_rows(block + 1, block) == ON_GPU  # two blocks wait on each other
+    assert can_split_rows(most_blocks * block, block) == ON_GPU
+    assert not can_split_rows(most_blocks * block + 1, block)
 
 
 # --------------------------------------------------------------------------- module
@@ -640,20 +606,19 @@ def test_compiled_refuses_bad_input():
                             match="gamma has dtype")
 
 
-@pytest.mark.parametrize("stable", [False, True], ids=["plain", "stable"])
 @pytest.mark.parametrize("parameters", ["gamma_beta", "gamma", "beta", "none"])
 @pytest.mark.parametrize("dtype, param_dtype", [(torch.float32, torch.float32), (torch.bfloat16, torch.float32)],
                          ids=["float32", "mixed"])
-def test_operators_pass_opcheck(dtype, param_dtype, parameters, stable):
+def test_operators_pass_opcheck(dtype, param_dtype, parameters):
     x = random_rows((3, 17), dtype)
     def parameter(name):
         return torch.randn(17, device=DEVICE, dtype=param_dtype, requires_grad=True) if name in parameters else None
     gamma, beta = parameter("gamma"), parameter("beta")
     ops = torch.ops.course_lib
-    torch.library.opcheck(ops.layernorm.default, (x.requires_grad_(), gamma, beta, 1e-5, stable))
+    torch.library.opcheck(ops.layernorm.default, (x.requires_grad_(), gamma, beta, 1e-5))
     x = x.detach()
     gamma = gamma.detach() if gamma is not None else None
     with torch.no_grad():
-        _, mean, rstd, row_max = ops.layernorm(x, gamma, beta, 1e-5, stable)
+        _, mean, rstd = ops.layernorm(x, gamma, beta, 1e-5)
     torch.library.opcheck(ops.layernorm_backward.default, (torch.randn_like(x), x, gamma, beta is not None, mean,
-                                                           rstd, row_max, 1e-5, stable, param_dtype))
+                                                           rstd, param_dtype))

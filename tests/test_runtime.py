@@ -57,18 +57,6 @@ def test_host_integer_helpers_agree_with_triton():
             assert runtime.cdiv(n, block) == triton.cdiv(n, block), (n, block)
 
 
-@pytest.mark.parametrize("words_a_tile", [1, 4])
-@pytest.mark.parametrize("num_warps", [1, 4, 8, 16])
-def test_slots_block_keeps_copies_of_a_slot_within_a_warp(num_warps, words_a_tile):
-    for n_tiles in range(1, 600):
-        block = runtime.slots_block(n_tiles, num_warps, words_a_tile)
-        assert block >= n_tiles and block & (block - 1) == 0
-        words = block * words_a_tile
-        # All of them in one warp, or at least one for every thread of the program.
-        assert words <= 32 or words >= 32 * num_warps, (n_tiles, block)
-        assert block == runtime.next_power_of_2(n_tiles) or words == 32 * num_warps  # no wider than needed
-
-
 def test_pick():
     assert runtime.pick(gpu="big", cpu="small") == ("big" if runtime.ON_GPU else "small")
 
