@@ -22,9 +22,8 @@ rounded correctly as on a CPU: on a GPU Triton compiles float32 ``/`` to an appr
 division (up to 2 ulp off).
 
 ``stable=True``, the seed's option, divides each row by its maximum first: z = x / m.
-It is not in the kernels. LayerNorm of z is the plain kernels' work, and the division
-is PyTorch's, in float32, whose autograd gives both paths of the gradient (through z,
-and through m, shared equally between tied maxima). Chapter 3 derives them.
+It is not in the kernels: LayerNorm of z is the plain kernels' work, the division and
+the gradient's path through m are PyTorch's (StableLayerNormFunction).
 """
 
 import numbers
@@ -311,6 +310,49 @@ def _layernorm_op_backward(ctx, grad_y, *_grad_stats):
 layernorm_op.register_autograd(_layernorm_op_backward, setup_context=_save_for_layernorm_backward)
 
 
+# --------------------------------------------------------------------------- stable
+# The seed's option, z = x / m with m each row's maximum, kept out of the kernels: the
+# plain operators normalise z, and the gradient's path through m is added here. With
+# dz LayerNorm's gradient of z, dL/dx = dz / m, plus, where x is the maximum (shared
+# between tied maxima, as autograd does for amax), dL/dm = -sum(dz * z) / m. That sum
+# cancels almost to 0 (it is 0 without eps: LayerNorm ignores its input's scale), so it
+# is taken as eps * rstd**2 * sum(g * zhat), g = dy * gamma, whose terms do not cancel
+# (chapter 3 derives it). Only x, m and the row statistics are saved: z is recomputed.
+
+
+def _divided_by_row_max(x):
+    """(z, m) in float32: z rounded to x's 16-bit dtype would add an error of its own."""
+    x = x.float()
+    row_max = x.amax(dim=-1, keepdim=True)
+    return x / row_max, row_max
+
+
+class StableLayerNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, gamma, beta, eps):
+        z, row_max = _divided_by_row_max(x)
+        y, mean, rstd = layernorm_op(z, gamma, beta, eps)
+        ctx.save_for_backward(x, gamma, row_max, mean, rstd)
+        ctx.has_beta, ctx.eps, ctx.param_dtype = beta is not None, eps, _param_dtype(x, gamma, beta)
+        return y.to(x.dtype)
+
+    @staticmethod
+    @first_order_only("layernorm")
+    def backward(ctx, grad_y):
+        x, gamma, row_max, mean, rstd = ctx.saved_tensors
+        z, _ = _divided_by_row_max(x)
+        grad_z, grad_gamma, grad_beta = layernorm_backward_op(
+            grad_y, z, gamma, ctx.has_beta, mean, rstd, ctx.param_dtype)
+        stat_shape = row_max.shape
+        mean, rstd = mean.reshape(stat_shape), rstd.reshape(stat_shape)
+        g = grad_y.float() * gamma.float() if gamma is not None else grad_y.float()
+        sum_dz_z = ctx.eps * rstd * rstd * (g * (z - mean) * rstd).sum(dim=-1, keepdim=True)
+        is_max = (x.float() == row_max).float()
+        share = -sum_dz_z / row_max / is_max.sum(dim=-1, keepdim=True)
+        grad_x = grad_z / row_max + is_max * share
+        return grad_x.to(x.dtype), _present(grad_gamma), _present(grad_beta), None
+
+
 # ------------------------------------------------------------------------------ public
 
 
@@ -362,13 +404,7 @@ def _layernorm(op, names, x, gamma, beta, eps, stable):
     _check_inputs(op, x, gamma, beta, eps, names)
     eps = float(eps)
     if stable:
-        # In float32: z rounded to x's 16-bit dtype would add an error of its own.
-        z = x.float()
-        return _plain_layernorm(op, names, z / z.amax(dim=-1, keepdim=True), gamma, beta, eps).to(x.dtype)
-    return _plain_layernorm(op, names, x, gamma, beta, eps)
-
-
-def _plain_layernorm(op, names, x, gamma, beta, eps):
+        return StableLayerNormFunction.apply(x, gamma, beta, eps)
     if torch.compiler.is_compiling():
         return layernorm_op(x, gamma, beta, eps)[0]
     if wants_gradient(op, x=x, **dict(zip(names, (gamma, beta)))):

@@ -92,7 +92,8 @@ def assert_compiles_whole(fn, *inputs, mode, op):
         graphs = []
 
         def recording_backend(graph_module, example_inputs):
-            graphs.append(graph_module.code)
+            # Its own code and its subgraphs' (an autograd.Function's body is one).
+            graphs.append("\n".join(m.code for m in graph_module.modules() if isinstance(m, torch.fx.GraphModule)))
             return torch._dynamo.backends.registry.lookup_backend("aot_eager")(graph_module, example_inputs)
 
         compiled = torch.compile(fn, fullgraph=True, backend=recording_backend)

@@ -269,28 +269,16 @@ def saved_by(fn):
     return saved
 
 
-def test_training_saves_only_row_statistics_besides_the_inputs():
+@pytest.mark.parametrize("stable", [False, True], ids=["plain", "stable"])
+def test_training_saves_only_row_statistics_besides_the_inputs(stable):
     x = random_rows((6, 40), torch.float32).requires_grad_()
     gamma, beta = (leaf(t) for t in random_params(40, torch.float32))
-    saved = saved_by(lambda: layernorm(x, gamma, beta))
-    inputs = [t for t in saved if t.shape != (6,)]
-    row_stats = [t for t in saved if t.shape == (6,)]
+    saved = saved_by(lambda: layernorm(x, gamma, beta, stable=stable))
+    inputs = [t for t in saved if t.numel() not in (6,)]
+    row_stats = [t for t in saved if t.numel() == 6]
     assert [t.data_ptr() for t in inputs] == [x.data_ptr(), gamma.data_ptr()]
-    assert len(row_stats) == 2  # mean, rstd
+    assert len(row_stats) == (3 if stable else 2)  # mean, rstd (and the row maximum)
     assert all(t.dtype == torch.float32 for t in row_stats)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_stable_saves_the_divided_rows_too(dtype):
-    """stable=True divides outside the kernels, with PyTorch's autograd: that saves
-    z = x / max(x), one float32 activation of x's size, and the row maxima."""
-    x = random_rows((6, 40), dtype).requires_grad_()
-    gamma, beta = (leaf(t) for t in random_params(40, dtype))
-    saved = saved_by(lambda: layernorm(x, gamma, beta, stable=True))
-    activations = {t.data_ptr() for t in saved if t.numel() == x.numel()} - {x.data_ptr()}
-    assert len(activations) == (1 if dtype == torch.float32 else 2)  # z, and x in float32 unless it is
-    assert all(t.numel() in (x.numel(), 40, 6) for t in saved)
-    assert all(t.dtype == torch.float32 for t in saved if t.numel() == 6)
 
 
 def test_inference_saves_nothing():
@@ -515,7 +503,7 @@ def test_module_rejects_input_of_another_width(affine):
 @pytest.mark.parametrize("stable", [False, True], ids=["plain", "stable"])
 def test_grad_gamma_and_grad_beta_are_bitwise_deterministic(n_cols, kernels, stable, monkeypatch):
     # Rows of 20000 and 60000 split across programs by default (5 and 15 blocks a row:
-    # fewer slots than threads, once a race, see _wait_for_row_sums); forced to two
+    # fewer slots than threads, once a race, see split_rows.gather); forced to two
     # stages otherwise.
     if kernels == "two-stage":
         monkeypatch.setattr(layernorm_module, "backward_config", without_split(backward_config))
