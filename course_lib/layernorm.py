@@ -404,6 +404,11 @@ def _layernorm(op, names, x, gamma, beta, eps, stable):
     _check_inputs(op, x, gamma, beta, eps, names)
     eps = float(eps)
     if stable:
+        if torch.compiler.is_compiling():
+            # Inductor differentiates the division itself: traced, StableLayerNormFunction's
+            # backward gave float32 gradients of x that were all wrong (torch 2.11, an H100).
+            z, _ = _divided_by_row_max(x)
+            return layernorm_op(z, gamma, beta, eps)[0].to(x.dtype)
         return StableLayerNormFunction.apply(x, gamma, beta, eps)
     if torch.compiler.is_compiling():
         return layernorm_op(x, gamma, beta, eps)[0]
