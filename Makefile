@@ -11,6 +11,8 @@ SUBMISSIONS ?= submissions
 SEED ?=
 NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 PYTEST := -p no:cacheprovider
+# The suites run on every core (pytest-xdist), a whole file to a worker: a notebook's cells share one kernel.
+PARALLEL := -n auto --dist loadfile
 PYTEST_NBVAL := --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg --nbval-cell-timeout 600
 # The package's tests, for other torch and Triton releases: the instructor tools, the book
 # and the repository's own files need no particular Triton and are left to `make test`.
@@ -46,21 +48,21 @@ $(FLOOR_VENV)/.installed: requirements-floor.txt pyproject.toml
 
 # The browser test of the built book runs in make book, after the build it checks.
 test: $(BIN)/.installed
-	$(BIN)/python -m pytest $(PYTEST) tests --ignore=tests/test_book.py $(NOTEBOOKS) $(PYTEST_NBVAL)
+	$(BIN)/python -m pytest $(PYTEST) $(PARALLEL) tests --ignore=tests/test_book.py $(NOTEBOOKS) $(PYTEST_NBVAL)
 
 test-unit: $(BIN)/.installed
-	$(BIN)/python -m pytest $(PYTEST) tests --ignore=tests/test_book.py -m "not notebook_exec"
+	$(BIN)/python -m pytest $(PYTEST) $(PARALLEL) tests --ignore=tests/test_book.py -m "not notebook_exec"
 
 test-notebooks: $(BIN)/.installed
-	$(BIN)/python -m pytest $(PYTEST) $(NOTEBOOKS) $(PYTEST_NBVAL)
+	$(BIN)/python -m pytest $(PYTEST) $(PARALLEL) $(NOTEBOOKS) $(PYTEST_NBVAL)
 
 # The kernels on the newest Triton (block pointers are gone there); the instructor
 # tools need no particular Triton and are left to `make test`.
 test-triton-latest: $(LATEST_VENV)/.installed
-	$(LATEST_VENV)/bin/python -m pytest $(PYTEST) $(PACKAGE_TESTS)
+	$(LATEST_VENV)/bin/python -m pytest $(PYTEST) $(PARALLEL) $(PACKAGE_TESTS)
 
 test-floor: $(FLOOR_VENV)/.installed
-	$(FLOOR_VENV)/bin/python -m pytest $(PYTEST) $(PACKAGE_TESTS)
+	$(FLOOR_VENV)/bin/python -m pytest $(PYTEST) $(PARALLEL) $(PACKAGE_TESTS)
 
 book: $(BIN)/.installed
 	$(BIN)/python scripts/benchmarks_page.py

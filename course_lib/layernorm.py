@@ -405,8 +405,8 @@ def _layernorm(op, names, x, gamma, beta, eps, stable):
     eps = float(eps)
     if stable:
         if torch.compiler.is_compiling():
-            # Inductor differentiates the division itself: traced, StableLayerNormFunction's
-            # backward gave float32 gradients of x that were all wrong (torch 2.11, an H100).
+            # Inductor differentiates the division itself: traced by it,
+            # StableLayerNormFunction's backward gave wrong float32 gradients of x (torch 2.11).
             z, _ = _divided_by_row_max(x)
             return layernorm_op(z, gamma, beta, eps)[0].to(x.dtype)
         return StableLayerNormFunction.apply(x, gamma, beta, eps)
