@@ -403,15 +403,13 @@ def layernorm(x, gamma, beta=None, eps=1e-5, stable=False):
 def _layernorm(op, names, x, gamma, beta, eps, stable):
     _check_inputs(op, x, gamma, beta, eps, names)
     eps = float(eps)
-    if stable:
-        if torch.compiler.is_compiling():
-            # Inductor differentiates the division itself: traced by it,
-            # StableLayerNormFunction's backward gave wrong float32 gradients of x (torch 2.11).
-            z, _ = _divided_by_row_max(x)
-            return layernorm_op(z, gamma, beta, eps)[0].to(x.dtype)
-        return StableLayerNormFunction.apply(x, gamma, beta, eps)
     if torch.compiler.is_compiling():
-        return layernorm_op(x, gamma, beta, eps)[0]
+        # With stable, inductor differentiates the division itself: traced by it,
+        # StableLayerNormFunction's backward gave wrong float32 gradients of x (torch 2.11).
+        z = _divided_by_row_max(x)[0] if stable else x
+        return layernorm_op(z, gamma, beta, eps)[0].to(x.dtype)
+    if stable:
+        return StableLayerNormFunction.apply(x, gamma, beta, eps)
     if wants_gradient(op, x=x, **dict(zip(names, (gamma, beta)))):
         return LayerNormFunction.apply(x, gamma, beta, eps)
     y, _ = layernorm_forward(x, gamma, beta, eps, save_stats=False)  # inference saves nothing
