@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from exercise_notebook import exercises_only
 
 from course_lib import instructor
 from course_lib.instructor import (
@@ -573,7 +574,8 @@ CHAPTER_1 = REPO_ROOT / "notebooks" / "01_weighted_sum.ipynb"
 @pytest.mark.notebook_exec
 def test_the_five_returns_of_chapter_1_score_3_0_0_0_0(tmp_path, monkeypatch):
     """The instructor's notebook, the student copy, the copy with its checker cells
-    replaced by `pass`, with every exercises.check_* made a no-op, and without checker cells."""
+    replaced by `pass`, with every exercises.check_* made a no-op, and without checker cells.
+    The release is chapter 1's exercises alone: nbval runs the whole chapter."""
     # The kernel inherits the environment and must import this checkout's course_lib.
     monkeypatch.setenv("PYTHONPATH", python_path_with_repo_root())
 
@@ -591,13 +593,16 @@ def test_the_five_returns_of_chapter_1_score_3_0_0_0_0(tmp_path, monkeypatch):
         notebook.cells = [cell for cell in notebook.cells if "checker" not in cell.metadata.get("tags", [])]
 
     folder = graded_folder_beside_the_repository(tmp_path)
-    returned(CHAPTER_1, folder, "a_instructor.ipynb", solved=True)
-    returned(CHAPTER_1, folder, "b_student.ipynb")
-    returned(CHAPTER_1, folder, "c_checkers_pass.ipynb", checkers_pass)
-    returned(CHAPTER_1, folder, "d_checkers_no_op.ipynb", checkers_no_op)
-    returned(CHAPTER_1, folder, "e_checkers_deleted.ipynb", checkers_deleted)
+    release = tmp_path / "release"
+    release.mkdir()
+    chapter = exercises_only(CHAPTER_1, release / CHAPTER_1.name)
+    returned(chapter, folder, "a_instructor.ipynb", solved=True)
+    returned(chapter, folder, "b_student.ipynb")
+    returned(chapter, folder, "c_checkers_pass.ipynb", checkers_pass)
+    returned(chapter, folder, "d_checkers_no_op.ipynb", checkers_no_op)
+    returned(chapter, folder, "e_checkers_deleted.ipynb", checkers_deleted)
 
-    grades = grade_folder(folder, REPO_ROOT / "notebooks", seed=2026, timeout=600)
+    grades = grade_folder(folder, release, seed=2026, timeout=600)
 
     assert [grade.score for grade in grades] == ["3/3", "0/3", "0/3", "0/3", "0/3"], format_table(grades)
     assert [{checker.in_return for checker in grade.checkers} for grade in grades] == [

@@ -1,14 +1,15 @@
 """nbgrader 0.9 runs on the course's notebooks as they are: generate_assignment makes the
 student version from their metadata, and autograde restores the checker cells a student
-changed or deleted before scoring."""
+changed or deleted before scoring. The assignment is chapter 1's exercises alone: nbval
+runs the whole chapter."""
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from exercise_notebook import exercises_only
 
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbgrader")
@@ -43,14 +44,14 @@ def submit(course, student, notebook):
 def test_generate_assignment_and_autograde_on_chapter_1(tmp_path):
     course = tmp_path / "course"
     (course / "source" / ASSIGNMENT).mkdir(parents=True)
-    shutil.copy(CHAPTER_1, course / "source" / ASSIGNMENT / CHAPTER_1.name)
+    chapter = exercises_only(CHAPTER_1, course / "source" / ASSIGNMENT / CHAPTER_1.name)
     nbgrader(course, "generate_assignment", ASSIGNMENT)
 
     released = nbformat.read(course / "release" / ASSIGNMENT / CHAPTER_1.name, as_version=4)
     solutions = [cell for cell in released.cells if cell.metadata.get("nbgrader", {}).get("solution")]
     assert len(solutions) == 3 and all("raise NotImplementedError()" in cell.source for cell in solutions)
 
-    submit(course, "instructor", nbformat.read(CHAPTER_1, as_version=4))
+    submit(course, "instructor", nbformat.read(chapter, as_version=4))
     submit(course, "untouched", released)
     tampered = nbformat.read(course / "release" / ASSIGNMENT / CHAPTER_1.name, as_version=4)
     for cell in tampered.cells:
