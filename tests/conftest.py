@@ -1,5 +1,6 @@
 import math
 import os
+import sys
 import zlib
 
 import pytest
@@ -32,6 +33,15 @@ def seed(request):
     torch.manual_seed(test_seed)
     print(f"torch seed {test_seed}; replay with COURSE_LIB_SEED={base} pytest '{request.node.nodeid}'")
     return test_seed
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    """A checker's error map stays open under the tests' non-interactive backend (a
+    notebook's closes it once shown): closed after each test, not kept for the run."""
+    yield
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")
 
 
 def assert_matches(got, expected, dtype, length=1, what="output", scale=1.0):
