@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from exercise_notebook import exercises_only
 
 from course_lib import instructor
 from course_lib.instructor import (
@@ -29,6 +28,7 @@ from course_lib.instructor import (
 nbformat = pytest.importorskip("nbformat")
 notebook_v4 = pytest.importorskip("nbformat.v4")
 pytest.importorskip("nbclient")
+from exercise_notebook import exercises_only  # noqa: E402  (needs nbformat)
 new_code_cell = notebook_v4.new_code_cell
 new_markdown_cell = notebook_v4.new_markdown_cell
 new_output = notebook_v4.new_output

@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from exercise_notebook import exercises_only
 
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbgrader")
+from exercise_notebook import exercises_only  # noqa: E402  (needs nbformat)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CHAPTER_1 = REPO_ROOT / "notebooks" / "01_weighted_sum.ipynb"
