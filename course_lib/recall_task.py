@@ -86,17 +86,20 @@ class Colt5Block(nn.Module):
     RoutedBlock adds its branches. Its queries are routed per window of the light
     branch's size: num_heavy_tokens spread over the windows."""
 
-    def __init__(self, dim, *, num_heavy_tokens, seq_len, light_window_size, heads, dim_head, use_triton):
+    def __init__(self, dim, *, num_heavy_tokens, seq_len, light_window_size, heads, dim_head, use_triton,
+                 router_kwargs=None):
         super().__init__()
         from colt5_attention import ConditionalRoutedAutoregressiveAttention, ConditionalRoutedFeedForward
 
         queries_per_window = max(1, num_heavy_tokens * light_window_size // seq_len)
+        router_kwargs = router_kwargs or {}
         self.attn = ConditionalRoutedAutoregressiveAttention(
             dim, num_heavy_tokens_q=queries_per_window, num_heavy_tokens_kv=num_heavy_tokens,
             light_window_size=light_window_size, light_heads=heads, light_dim_head=dim_head, heavy_heads=heads,
-            heavy_dim_head=dim_head, use_triton=use_triton,
+            heavy_dim_head=dim_head, use_triton=use_triton, router_kwargs=router_kwargs,
         )
-        self.ff = ConditionalRoutedFeedForward(dim, num_heavy_tokens=num_heavy_tokens, use_triton=use_triton)
+        self.ff = ConditionalRoutedFeedForward(dim, num_heavy_tokens=num_heavy_tokens, use_triton=use_triton,
+                                               router_kwargs=router_kwargs)
         if use_triton:
             from colt5_attention.transformer_block import CoordinateDescentRouter
 
@@ -109,31 +112,34 @@ class Colt5Block(nn.Module):
         return x + self.ff(x, mask=mask)
 
 
-def routed_block(impl, dim, *, num_heavy_tokens, seq_len, light_window_size=128, heads=8, dim_head=64):
+def routed_block(impl, dim, *, num_heavy_tokens, seq_len, light_window_size=128, heads=8, dim_head=64,
+                 router_kwargs=None):
     """One routed block of ``impl`` (one of IMPLS); colt5_attention's router runs its
-    Triton kernel on a GPU and its PyTorch code elsewhere."""
+    Triton kernel on a GPU and its PyTorch code elsewhere. ``router_kwargs`` go to every
+    router of the block (both implementations take the same names: eps, n_iters, ...)."""
     if impl == "colt5_attention":
         return Colt5Block(dim, num_heavy_tokens=num_heavy_tokens, seq_len=seq_len,
                           light_window_size=light_window_size, heads=heads, dim_head=dim_head,
-                          use_triton=torch.cuda.is_available())
+                          use_triton=torch.cuda.is_available(), router_kwargs=router_kwargs)
     if impl not in IMPLS:
         raise ValueError(f"routed_block: impl must be one of {', '.join(IMPLS)}; got {impl!r}")
     ops = COURSE_OPS if impl == "course_lib" else REFERENCE_OPS
     return RoutedBlock(dim, num_heavy_tokens=num_heavy_tokens, light_window_size=light_window_size, heads=heads,
-                       dim_head=dim_head, ops=ops)
+                       dim_head=dim_head, router_kwargs=router_kwargs, ops=ops)
 
 
 class RecallModel(nn.Module):
     """Embeddings (token and position), ``depth`` routed blocks, a norm, the logits."""
 
     def __init__(self, impl, task, *, dim=64, depth=2, num_heavy_tokens=32, light_window_size=16, heads=4,
-                 dim_head=16):
+                 dim_head=16, router_kwargs=None):
         super().__init__()
         self.token_embedding = nn.Embedding(task.vocab, dim)
         self.position_embedding = nn.Embedding(task.seq_len, dim)
         self.blocks = nn.ModuleList(
             routed_block(impl, dim, num_heavy_tokens=num_heavy_tokens, seq_len=task.seq_len,
-                         light_window_size=light_window_size, heads=heads, dim_head=dim_head)
+                         light_window_size=light_window_size, heads=heads, dim_head=dim_head,
+                         router_kwargs=router_kwargs)
             for _ in range(depth)
         )
         ops = COURSE_OPS if impl == "course_lib" else REFERENCE_OPS

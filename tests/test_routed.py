@@ -12,8 +12,8 @@ from conftest import COMPILE_MODES, TOLERANCES, assert_compiles_whole
 from local_attention import LocalMHA
 
 from course_lib import references, routed
-from course_lib.recall_task import (IGNORE, RecallTask, colt5_state_dict, colt5_with_layernorm, recall_batch,
-                                    train_recall)
+from course_lib.recall_task import (IGNORE, RecallModel, RecallTask, colt5_state_dict, colt5_with_layernorm,
+                                    recall_batch, train_recall)
 from course_lib.runtime import DEVICE
 
 # Against the package in float32: the same operations in another order. Gradients that
@@ -265,3 +265,19 @@ def test_training_course_lib_and_reference_follow_one_curve():
     torch.testing.assert_close(ours.losses[0], reference.losses[0], rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(torch.tensor(ours.losses), torch.tensor(reference.losses), rtol=5e-2, atol=5e-2)
     assert ours.losses[-1] < ours.losses[0] and reference.losses[-1] < reference.losses[0]
+
+
+@pytest.mark.parametrize("impl", ["course_lib", "reference", "colt5_attention"])
+def test_router_settings_reach_every_router_of_the_decoder(impl):
+    """router_kwargs set every router's coordinate descent, in each implementation (the
+    package's router takes the same names), and the default leaves CoLT5's eps = 0.03."""
+    task = RecallTask(seq_len=32, n_pairs=2, n_noise=8, n_keys=4, n_values=4)
+    sizes = dict(dim=16, depth=2, num_heavy_tokens=8, light_window_size=8, heads=2, dim_head=8)
+    for router_kwargs, eps in ((None, 0.03), (dict(eps=1.0, n_iters=7), 1.0)):
+        model = RecallModel(impl, task, router_kwargs=router_kwargs, **sizes)
+        routers = [m for m in model.modules() if isinstance(m, (routed.CoordinateDescentRouter, Colt5Router))]
+        # The feed-forward's router and the attention's (the package's attention has two: queries, keys).
+        assert len(routers) == (3 if impl == "colt5_attention" else 2) * sizes["depth"]
+        assert all(router.eps == eps for router in routers)
+        if router_kwargs:
+            assert all(router.n_iters == 7 for router in routers)
