@@ -340,7 +340,7 @@ class StableLayerNormFunction(torch.autograd.Function):
     @first_order_only("layernorm")
     def backward(ctx, grad_y):
         x, gamma, row_max, mean, rstd = ctx.saved_tensors
-        z, _ = _divided_by_row_max(x)
+        z = x.float() / row_max  # the forward's z, from its saved maximum
         grad_z, grad_gamma, grad_beta = layernorm_backward_op(
             grad_y, z, gamma, ctx.has_beta, mean, rstd, ctx.param_dtype)
         stat_shape = row_max.shape

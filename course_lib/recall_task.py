@@ -168,12 +168,12 @@ def recall_loss_and_accuracy(model, tokens, targets):
 
 
 def train_recall(impl, task=RecallTask(), *, steps=200, batch=32, lr=3e-3, seed=0, device=DEVICE, dtype=torch.float32,
-                 **model_kwargs):
+                 eval_batch=None, **model_kwargs):
     """Train a RecallModel of ``impl`` for ``steps`` AdamW steps on fresh batches.
 
     One seed sets the model's initial weights and every batch, so impls trained at the
     same seed see the same data. Returns the loss of every step and the accuracy on a
-    fresh batch after training.
+    fresh batch of ``eval_batch`` sequences (``batch`` if None) after training.
     """
     torch.manual_seed(seed)
     model = RecallModel(impl, task, **model_kwargs).to(device=device, dtype=dtype)
@@ -186,10 +186,27 @@ def train_recall(impl, task=RecallTask(), *, steps=200, batch=32, lr=3e-3, seed=
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        losses.append(loss.item())
+        losses.append(loss.detach())  # no .item() here: waiting for the GPU every step would idle it
     with torch.no_grad():
-        _, accuracy = recall_loss_and_accuracy(model, *recall_batch(task, batch, generator, device))
-    return TrainingRun(losses, accuracy)
+        _, accuracy = recall_loss_and_accuracy(model, *recall_batch(task, eval_batch or batch, generator, device))
+    return TrainingRun(torch.stack(losses).tolist() if losses else [], accuracy)
+
+
+def light_branch_reach(task, light_window_size, sequences=4000, seed=0):
+    """The fraction of the recalled pairs whose value stands within the light attention
+    of the query that asks for it (the query's window or the one before), over
+    ``sequences`` sequences of ``recall_batch``. A model that solves exactly those and
+    guesses the rest reaches an accuracy of reach + (1 - reach) / n_values."""
+    tokens, targets = recall_batch(task, sequences, torch.Generator().manual_seed(seed))
+    query_positions = (targets[0] != IGNORE).nonzero().flatten()  # the same in every sequence
+    reach_from = (query_positions // light_window_size - 1) * light_window_size
+    reached = 0
+    for query, start in zip(query_positions.tolist(), reach_from.tolist()):
+        key = tokens[:, query, None]
+        in_body = tokens[:, :task.seq_len - 2 * task.n_pairs]
+        key_position = (in_body == key).int().argmax(dim=1)  # keys are distinct, so one match
+        reached += (key_position + 1 >= start).sum().item()
+    return reached / (sequences * len(query_positions))
 
 
 def colt5_with_layernorm(module):

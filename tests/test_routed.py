@@ -13,7 +13,7 @@ from local_attention import LocalMHA
 
 from course_lib import references, routed
 from course_lib.recall_task import (IGNORE, RecallModel, RecallTask, colt5_state_dict, colt5_with_layernorm,
-                                    recall_batch, train_recall)
+                                    light_branch_reach, recall_batch, train_recall)
 from course_lib.runtime import DEVICE
 
 # Against the package in float32: the same operations in another order. Gradients that
@@ -253,13 +253,26 @@ def test_recall_batch_hides_each_value_behind_its_key():
         assert all(pairs[row_tokens[p]] == value and row_tokens[p + 1] == value for p, value in asked)
 
 
+def test_light_branch_reach_counts_the_pairs_a_query_window_sees():
+    """128 tokens, 2 pairs, windows of 8: both queries (positions 124 and 126) see back to
+    112. The first pair lies in 0..61, out of reach; the second has its key at 62 + an
+    even offset in 0..60 (31 places), reached when its value (key + 1) is at 112 or
+    later, offsets 50..60 (6 places); each query asks for either pair with probability
+    1/2. So the reach is 6 / 62. Windows as long as the sequence see every pair."""
+    task = RecallTask(seq_len=128, n_pairs=2)
+    reach = light_branch_reach(task, light_window_size=8, sequences=20000)
+    assert abs(reach - 6 / 62) < 0.01, reach
+    assert light_branch_reach(task, light_window_size=128, sequences=100) == 1.0
+
+
 def test_training_course_lib_and_reference_follow_one_curve():
     """Same seed, same data, same initial weights: course_lib's kernels and the PyTorch
     references start from one loss (float32 roundings apart) and both learn. After an
     update, a token whose routing weight sits next to another's may be routed by one and
     not the other (a rounding decides a top-k tie), so later losses agree only roughly."""
     task = RecallTask(seq_len=32, n_pairs=2, n_noise=8, n_keys=4, n_values=4)
-    settings = dict(steps=3, batch=4, dim=16, depth=1, num_heavy_tokens=8, light_window_size=8, heads=2, dim_head=8)
+    settings = dict(steps=3, batch=4, eval_batch=6, dim=16, depth=1, num_heavy_tokens=8, light_window_size=8, heads=2,
+                    dim_head=8)
     ours, reference = (train_recall(impl, task, **settings) for impl in ("course_lib", "reference"))
     assert len(ours.losses) == 3 and 0.0 <= ours.accuracy <= 1.0
     torch.testing.assert_close(ours.losses[0], reference.losses[0], rtol=1e-4, atol=1e-4)
