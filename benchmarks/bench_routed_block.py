@@ -3,10 +3,12 @@ loop runs it) and its peak memory, bfloat16.
 
     python -m benchmarks --only routed_block
 
-Implementations: course_lib's block eager and inside torch.compile (course_lib.compile),
-the same block on the PyTorch references eager (torch) and compiled (torch.compile), and
-colt5-attention 0.11.2's routed attention and feed-forward with its Triton router
-(colt5_attention). Every block routes num_heavy_tokens = seq / 8 tokens (512 at 4096),
+Implementations: course_lib's block eager, inside torch.compile (course_lib.compile) and
+inside torch.compile(mode="reduce-overhead"), which replays the step as CUDA graphs
+(course_lib.cudagraphs); the same block on the PyTorch references eager (torch) and
+compiled both ways (torch.compile, torch.compile.cudagraphs); and colt5-attention 0.11.2's
+routed attention and feed-forward with its Triton router (colt5_attention). A step sets
+the weights' gradients to None first, as ``optimizer.zero_grad()`` does. Every block routes num_heavy_tokens = seq / 8 tokens (512 at 4096),
 8 heads of 64, a light window of 128. Each row's ``peak_bytes`` is the most memory
 allocated during a step beyond what was allocated before it (weights, their gradients
 from the warm-up step, and the input). ``bytes`` counts the input read and the output
@@ -15,20 +17,22 @@ written only, so the fraction of C says little here: compare the times.
 
 import torch
 
-from course_lib.benchmarking import fresh_compile, row, step_timings, training_step
+from course_lib.benchmarking import Timings, fresh_compile, gpu_only_ms, median_ms, row
 from course_lib.recall_task import routed_block
 
 SHAPES = [(8, 4096, 1024), (8, 2048, 512)]
 DTYPE = torch.bfloat16
 HEADS, DIM_HEAD, WINDOW = 8, 64, 128
 
-# impl name -> (block impl of recall_task.routed_block, torch.compile it or not)
+# impl name -> (block impl of recall_task.routed_block, torch.compile mode or None for eager)
 IMPLS = {
-    "course_lib": ("course_lib", False),
-    "course_lib.compile": ("course_lib", True),
-    "torch": ("reference", False),
-    "torch.compile": ("reference", True),
-    "colt5_attention": ("colt5_attention", False),
+    "course_lib": ("course_lib", None),
+    "course_lib.compile": ("course_lib", "default"),
+    "course_lib.cudagraphs": ("course_lib", "reduce-overhead"),
+    "torch": ("reference", None),
+    "torch.compile": ("reference", "default"),
+    "torch.compile.cudagraphs": ("reference", "reduce-overhead"),
+    "colt5_attention": ("colt5_attention", None),
 }
 
 
@@ -38,11 +42,30 @@ def num_heavy_tokens(seq_len):
 
 def make_block(impl, dim, seq_len, device="cuda", dtype=DTYPE, window=WINDOW):
     """The block behind ``impl`` (a key of IMPLS), and the function a step calls."""
-    block_impl, compiled = IMPLS[impl]
+    block_impl, mode = IMPLS[impl]
     torch.manual_seed(0)
     block = routed_block(block_impl, dim, num_heavy_tokens=num_heavy_tokens(seq_len), seq_len=seq_len,
                          light_window_size=window, heads=HEADS, dim_head=DIM_HEAD).to(device=device, dtype=dtype)
-    return block, fresh_compile(block) if compiled else block
+    return block, fresh_compile(block, mode) if mode else block
+
+
+def block_training_step(block, fn, x):
+    """One step of a user's loop: gradients set to None, forward, backward.
+
+    Under CUDA graphs the gradients must be fresh tensors each step: accumulated into,
+    last step's would be outputs of a graph that its next replay overwrites.
+    """
+    params = list(block.parameters())
+    grad_y = torch.randn_like(x)
+
+    def step():
+        torch.compiler.cudagraph_mark_step_begin()  # a new iteration: last step's outputs may be reused
+        x.grad = None
+        for p in params:
+            p.grad = None
+        fn(x).backward(grad_y)
+
+    return step
 
 
 def peak_step_bytes(step):
@@ -64,8 +87,10 @@ def run(copy_gbps, shapes=SHAPES):
         n_bytes = 2 * x.numel() * x.element_size()
         for impl in IMPLS:
             block, fn = make_block(impl, dim, seq_len)
-            peak = peak_step_bytes(training_step(fn, x))
-            result = row("routed_block", "step", impl, DTYPE, shape, step_timings(fn, x), n_bytes, copy_gbps)
+            step = block_training_step(block, fn, x)
+            peak = peak_step_bytes(step)
+            timings = Timings(median_ms(step), gpu_only_ms(step))
+            result = row("routed_block", "step", impl, DTYPE, shape, timings, n_bytes, copy_gbps)
             result["peak_bytes"] = peak
             rows.append(result)
             del block, fn

@@ -132,17 +132,23 @@ def test_routed_block_impls_run_one_block_each():
     builds and runs; course_lib and torch are one block (same weights) on other
     kernels, colt5_attention the package's own."""
     dim, seq_len = 16, 32
-    assert list(bench_routed_block.IMPLS) == ["course_lib", "course_lib.compile", "torch", "torch.compile",
-                                              "colt5_attention"]
+    assert list(bench_routed_block.IMPLS) == ["course_lib", "course_lib.compile", "course_lib.cudagraphs", "torch",
+                                              "torch.compile", "torch.compile.cudagraphs", "colt5_attention"]
     assert bench_routed_block.num_heavy_tokens(4096) == 512  # the design's routing size
     x = torch.randn(2, seq_len, dim, device=DEVICE)
     outputs = {}
-    for impl, (_, compiled) in bench_routed_block.IMPLS.items():
-        if not compiled:
+    for impl, (_, mode) in bench_routed_block.IMPLS.items():
+        if mode is None:
             block, fn = bench_routed_block.make_block(impl, dim, seq_len, device=DEVICE, dtype=torch.float32,
                                                         window=8)
             assert fn is block
             outputs[impl] = fn(x)
             assert outputs[impl].shape == x.shape
+            step = bench_routed_block.block_training_step(block, fn, x.requires_grad_())
+            step()
+            first = [p.grad.clone() for p in block.parameters()]
+            step()  # gradients set to None in between, not added to: the same gradients again
+            for grad, p in zip(first, block.parameters()):
+                torch.testing.assert_close(p.grad, grad)
     torch.testing.assert_close(outputs["course_lib"], outputs["torch"], rtol=1e-4, atol=1e-4)
     assert (outputs["colt5_attention"] - outputs["torch"]).abs().max() > 1e-3  # another block, not a copy
