@@ -66,6 +66,7 @@ test-floor: $(FLOOR_VENV)/.installed
 
 book: $(BIN)/.installed
 	$(BIN)/python scripts/benchmarks_page.py
+	$(BIN)/python scripts/step_plot.py
 	$(BIN)/jupyter-book build . --warningiserror --keep-going
 	$(BIN)/python -m pytest $(PYTEST) tests/test_book.py
 
