@@ -8,8 +8,8 @@ inside torch.compile(mode="reduce-overhead"), which replays the step as CUDA gra
 (course_lib.cudagraphs); the same block on the PyTorch references eager (torch) and
 compiled both ways (torch.compile, torch.compile.cudagraphs); and colt5-attention 0.11.2's
 routed attention and feed-forward with its Triton router (colt5_attention). A step sets
-the weights' gradients to None first, as ``optimizer.zero_grad()`` does. Every block routes num_heavy_tokens = seq / 8 tokens (512 at 4096),
-8 heads of 64, a light window of 128. Each row's ``peak_bytes`` is the most memory
+the weights' gradients to None first, as ``optimizer.zero_grad()`` does. Every block
+routes num_heavy_tokens = seq / 8 tokens (512 at 4096), 8 heads of 64, a light window of 128. Each row's ``peak_bytes`` is the most memory
 allocated during a step beyond what was allocated before it (weights, their gradients
 from the warm-up step, and the input). ``bytes`` counts the input read and the output
 written only, so the fraction of C says little here: compare the times.

@@ -200,11 +200,10 @@ def light_branch_reach(task, light_window_size, sequences=4000, seed=0):
     tokens, targets = recall_batch(task, sequences, torch.Generator().manual_seed(seed))
     query_positions = (targets[0] != IGNORE).nonzero().flatten()  # the same in every sequence
     reach_from = (query_positions // light_window_size - 1) * light_window_size
+    in_body = tokens[:, :task.seq_len - 2 * task.n_pairs]
     reached = 0
     for query, start in zip(query_positions.tolist(), reach_from.tolist()):
-        key = tokens[:, query, None]
-        in_body = tokens[:, :task.seq_len - 2 * task.n_pairs]
-        key_position = (in_body == key).int().argmax(dim=1)  # keys are distinct, so one match
+        key_position = (in_body == tokens[:, query, None]).int().argmax(dim=1)  # keys are distinct: one match
         reached += (key_position + 1 >= start).sum().item()
     return reached / (sequences * len(query_positions))
 
