@@ -19,7 +19,7 @@ PYTEST_NBVAL := --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize
 PACKAGE_TESTS := tests --ignore=tests/test_instructor.py --ignore=tests/test_book.py \
 	--ignore=tests/test_repository.py --ignore=tests/test_install.py
 
-.PHONY: test test-unit test-notebooks test-triton-latest test-floor book lab set-repository student grade benchmarks \
+.PHONY: test test-unit test-notebooks test-triton-latest test-floor book lab set-repository student grade benchmarks training \
 	gpu-wheels gpu-run clean
 
 # A virtual environment is rebuilt whenever its pinned requirements change.
@@ -88,6 +88,10 @@ grade: $(BIN)/.installed
 
 benchmarks: $(BIN)/.installed
 	$(BIN)/python -m benchmarks
+
+# Chapter 6's four training runs (minutes on a GPU), stored for the chapter to plot.
+training: $(BIN)/.installed
+	$(BIN)/python -m benchmarks.train_recall
 
 # For a GPU host without network: download here, copy the repository with .whl/ there.
 gpu-wheels:

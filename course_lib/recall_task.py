@@ -11,12 +11,14 @@ The same function trains the decoder on course_lib's kernels, on the PyTorch
 references, or on the colt5-attention package's modules, at one seed.
 """
 
+import json
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .benchmarking import RESULTS_DIR
 from .routed import COURSE_OPS, REFERENCE_OPS, Norm, RoutedBlock
 from .runtime import DEVICE
 
@@ -84,14 +86,15 @@ def _with_float32_scores(coor_descent):
 class Colt5Block(nn.Module):
     """The colt5-attention package's routed attention and feed-forward, added as
     RoutedBlock adds its branches. Its queries are routed per window of the light
-    branch's size: num_heavy_tokens spread over the windows."""
+    branch's size: ``queries_per_window`` of them, by default num_heavy_tokens spread
+    over the windows."""
 
     def __init__(self, dim, *, num_heavy_tokens, seq_len, light_window_size, heads, dim_head, use_triton,
-                 router_kwargs=None):
+                 router_kwargs=None, queries_per_window=None):
         super().__init__()
         from colt5_attention import ConditionalRoutedAutoregressiveAttention, ConditionalRoutedFeedForward
 
-        queries_per_window = max(1, num_heavy_tokens * light_window_size // seq_len)
+        queries_per_window = queries_per_window or max(1, num_heavy_tokens * light_window_size // seq_len)
         router_kwargs = router_kwargs or {}
         self.attn = ConditionalRoutedAutoregressiveAttention(
             dim, num_heavy_tokens_q=queries_per_window, num_heavy_tokens_kv=num_heavy_tokens,
@@ -113,16 +116,22 @@ class Colt5Block(nn.Module):
 
 
 def routed_block(impl, dim, *, num_heavy_tokens, seq_len, light_window_size=128, heads=8, dim_head=64,
-                 router_kwargs=None):
+                 router_kwargs=None, colt5_queries_per_window=None):
     """One routed block of ``impl`` (one of IMPLS); colt5_attention's router runs its
     Triton kernel on a GPU and its PyTorch code elsewhere. ``router_kwargs`` go to every
-    router of the block (both implementations take the same names: eps, n_iters, ...)."""
+    router of the block (both implementations take the same names: eps, n_iters, ...).
+    ``colt5_queries_per_window``: the queries the package routes in each light window
+    (Colt5Block's default if None); only the package has that setting."""
     if impl == "colt5_attention":
         return Colt5Block(dim, num_heavy_tokens=num_heavy_tokens, seq_len=seq_len,
                           light_window_size=light_window_size, heads=heads, dim_head=dim_head,
-                          use_triton=torch.cuda.is_available(), router_kwargs=router_kwargs)
+                          use_triton=torch.cuda.is_available(), router_kwargs=router_kwargs,
+                          queries_per_window=colt5_queries_per_window)
     if impl not in IMPLS:
         raise ValueError(f"routed_block: impl must be one of {', '.join(IMPLS)}; got {impl!r}")
+    if colt5_queries_per_window is not None:
+        raise ValueError(f"routed_block: colt5_queries_per_window is colt5_attention's setting; {impl} routes "
+                         "its queries over the whole sequence")
     ops = COURSE_OPS if impl == "course_lib" else REFERENCE_OPS
     return RoutedBlock(dim, num_heavy_tokens=num_heavy_tokens, light_window_size=light_window_size, heads=heads,
                        dim_head=dim_head, router_kwargs=router_kwargs, ops=ops)
@@ -132,14 +141,14 @@ class RecallModel(nn.Module):
     """Embeddings (token and position), ``depth`` routed blocks, a norm, the logits."""
 
     def __init__(self, impl, task, *, dim=64, depth=2, num_heavy_tokens=32, light_window_size=16, heads=4,
-                 dim_head=16, router_kwargs=None):
+                 dim_head=16, router_kwargs=None, colt5_queries_per_window=None):
         super().__init__()
         self.token_embedding = nn.Embedding(task.vocab, dim)
         self.position_embedding = nn.Embedding(task.seq_len, dim)
         self.blocks = nn.ModuleList(
             routed_block(impl, dim, num_heavy_tokens=num_heavy_tokens, seq_len=task.seq_len,
                          light_window_size=light_window_size, heads=heads, dim_head=dim_head,
-                         router_kwargs=router_kwargs)
+                         router_kwargs=router_kwargs, colt5_queries_per_window=colt5_queries_per_window)
             for _ in range(depth)
         )
         ops = COURSE_OPS if impl == "course_lib" else REFERENCE_OPS
@@ -206,6 +215,36 @@ def light_branch_reach(task, light_window_size, sequences=4000, seed=0):
         key_position = (in_body == tokens[:, query, None]).int().argmax(dim=1)  # keys are distinct: one match
         reached += (key_position + 1 >= start).sum().item()
     return reached / (sequences * len(query_positions))
+
+
+# ------------------------------------------------------------------ chapter 6's runs
+# Chapter 6 trains four decoders for 3000 steps each, about ten minutes on an H100: too
+# long to repeat whenever the notebook runs. benchmarks/train_recall.py trains them
+# and stores their curves under results/training/, one file a GPU, which the chapter
+# plots beside a short run of its own.
+
+CHAPTER_TASK = RecallTask(seq_len=128, n_pairs=2)
+CHAPTER_SETTINGS = dict(steps=3000, batch=32, eval_batch=1024, lr=3e-3, dim=64, depth=2, num_heavy_tokens=16,
+                        light_window_size=8, heads=4, dim_head=16)
+# name -> train_recall's arguments beside CHAPTER_SETTINGS. The package routes its
+# queries window by window; 2 in each window of 8 lets it route both queries that ask
+# for a value (they share the last window), as the others' 16 of 128 can.
+CHAPTER_RUNS = {
+    "course_lib, eps 0.03": dict(impl="course_lib"),
+    "course_lib, eps 1.0": dict(impl="course_lib", router_kwargs=dict(eps=1.0)),
+    "reference, eps 1.0": dict(impl="reference", router_kwargs=dict(eps=1.0)),
+    "colt5_attention, eps 1.0": dict(impl="colt5_attention", router_kwargs=dict(eps=1.0), colt5_queries_per_window=2),
+}
+TRAINING_RESULTS_DIR = RESULTS_DIR / "training"
+
+
+def load_training_runs(results_dir=TRAINING_RESULTS_DIR):
+    """Every stored file of chapter 6's runs, in file name order: {file stem: document}.
+
+    A document holds the GPU, torch and Triton, the task and settings, and for each run
+    its arguments, the loss of every step, the recall accuracy and the seconds it took.
+    A folder without files gives {} (the chapter then says so)."""
+    return {path.stem: json.loads(path.read_text()) for path in sorted(results_dir.glob("*.json"))}
 
 
 def colt5_with_layernorm(module):

@@ -2,15 +2,16 @@
 # On a GPU host, without network: the unit tests, the benchmarks, the notebooks
 # re-executed in place (their stored outputs then come from this GPU), then nbval on them.
 #   bash scripts/gpu_run.sh [WHEELS] [STEP...]   (WHEELS default .whl, made by scripts/gpu_wheels.sh)
-# STEPs, in this order by default: unit benchmarks profile execute nbval. A host that
-# limits the minutes of one command runs them a few at a time; "benchmarks" writes one
-# results file per kernel under the logs folder and merges them into course_lib/results/.
+# STEPs, in this order by default: unit benchmarks training profile execute nbval. A host
+# that limits the minutes of one command runs them a few at a time; "benchmarks" writes one
+# results file per kernel under the logs folder and merges them into course_lib/results/,
+# "training" one file per pair of chapter 6's runs, merged into course_lib/results/training/.
 # Logs go to $GPU_RUN_LOGS (default gpu-run-logs/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 wheels=${1:-.whl}
 shift || true
-steps=${*:-unit benchmarks profile execute nbval}
+steps=${*:-unit benchmarks training profile execute nbval}
 logs=${GPU_RUN_LOGS:-gpu-run-logs}
 mkdir -p "$logs"
 site=$(mktemp -d)
@@ -29,11 +30,17 @@ run_step() {
         python3 -m benchmarks --only "$kernel" --out "$logs/bench_$kernel.json" 2>&1 | tee "$logs/bench_$kernel.log"
       done
       python3 -m benchmarks --merge "$logs"/bench_*.json ;;
+    training)
+      python3 -m benchmarks.train_recall --only "course_lib, eps 0.03; course_lib, eps 1.0" \
+        --out "$logs/training_course_lib.json" 2>&1 | tee "$logs/training_course_lib.log"
+      python3 -m benchmarks.train_recall --only "reference, eps 1.0; colt5_attention, eps 1.0" \
+        --out "$logs/training_others.json" 2>&1 | tee "$logs/training_others.log"
+      python3 -m benchmarks.train_recall --merge "$logs"/training_*.json ;;
     profile) python3 -m benchmarks.profile_step 2>&1 | tee "$logs/profile_step.log" ;;
     execute) python3 -m course_lib.instructor execute notebooks/*.ipynb 2>&1 | tee "$logs/execute.log" ;;
     nbval) python3 -m pytest notebooks/*.ipynb -q -p no:cacheprovider --nbval --nbval-current-env \
              --nbval-sanitize-with nbval_sanitize.cfg 2>&1 | tee "$logs/nbval.log" ;;
-    *) echo "unknown step $1: expected unit, benchmarks, profile, execute or nbval" >&2; exit 2 ;;
+    *) echo "unknown step $1: expected unit, benchmarks, training, profile, execute or nbval" >&2; exit 2 ;;
   esac
 }
 for step in $steps; do run_step "$step"; done

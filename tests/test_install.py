@@ -32,7 +32,9 @@ def test_an_installed_course_lib_loads_its_results(tmp_path):
     run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
         "--wheel-dir", tmp_path / "dist", source)
 
-    stored = sorted(path.name for path in benchmarking.RESULTS_DIR.glob("*.json"))
+    # The benchmarks' files, and chapter 6's training runs in training/.
+    stored = sorted(path.relative_to(benchmarking.RESULTS_DIR).as_posix()
+                    for path in benchmarking.RESULTS_DIR.rglob("*.json"))
     assert stored, f"no results in {benchmarking.RESULTS_DIR}"
     (wheel,) = (tmp_path / "dist").glob("*.whl")
     shipped = sorted(name for name in zipfile.ZipFile(wheel).namelist() if name.startswith("course_lib/results/"))
@@ -49,7 +51,9 @@ def test_an_installed_course_lib_loads_its_results(tmp_path):
     site = tmp_path / "site"
     run(sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile", "--target", site, wheel)
     environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    loaded = run(sys.executable, "-c", "from course_lib import benchmarking as b; "
-                 "print(b.RESULTS_DIR); print(*sorted(b.load_results()))",
+    loaded = run(sys.executable, "-c", "from course_lib import benchmarking as b, recall_task as r; "
+                 "print(b.RESULTS_DIR); print(*sorted(b.load_results())); print(*sorted(r.load_training_runs()))",
                  cwd=tmp_path, env={**environment, "PYTHONPATH": str(site)}).splitlines()
-    assert loaded == [str(site / "course_lib" / "results"), " ".join(Path(name).stem for name in stored)]
+    def stems(folder):
+        return " ".join(Path(name).stem for name in stored if Path(name).parent == Path(folder))
+    assert loaded == [str(site / "course_lib" / "results"), stems("."), stems("training")]

@@ -13,7 +13,7 @@ from local_attention import LocalMHA
 
 from course_lib import references, routed
 from course_lib.recall_task import (IGNORE, RecallModel, RecallTask, colt5_state_dict, colt5_with_layernorm,
-                                    light_branch_reach, recall_batch, train_recall)
+                                    light_branch_reach, recall_batch, routed_block, train_recall)
 from course_lib.runtime import DEVICE
 
 # Against the package in float32: the same operations in another order. Gradients that
@@ -294,3 +294,16 @@ def test_router_settings_reach_every_router_of_the_decoder(impl):
         assert all(router.eps == eps for router in routers)
         if router_kwargs:
             assert all(router.n_iters == 7 for router in routers)
+
+
+def test_the_package_routes_as_many_queries_a_window_as_asked():
+    """colt5_queries_per_window sets how many queries the package's attention routes in
+    each light window (by default num_heavy_tokens spread over the windows); course_lib's
+    blocks route over the whole sequence, and refuse the setting rather than ignore it."""
+    sizes = dict(num_heavy_tokens=16, seq_len=128, light_window_size=8, heads=2, dim_head=8)
+    default, raised = (routed_block("colt5_attention", 16, colt5_queries_per_window=q, **sizes) for q in (None, 2))
+    assert default.attn.num_heavy_tokens_q == 1 and raised.attn.num_heavy_tokens_q == 2
+    assert raised.attn.num_heavy_tokens_kv == 16
+    for impl in ("course_lib", "reference"):
+        with pytest.raises(ValueError, match="colt5_queries_per_window is colt5_attention's setting"):
+            routed_block(impl, 16, colt5_queries_per_window=2, **sizes)

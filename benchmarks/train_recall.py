@@ -1,0 +1,83 @@
+"""Train chapter 6's decoders and store their curves: course_lib/results/training/<gpu>.json.
+
+    python -m benchmarks.train_recall                              # every run of CHAPTER_RUNS
+    python -m benchmarks.train_recall --only "reference, eps 1.0" --out part.json
+    python -m benchmarks.train_recall --merge part1.json part2.json
+
+Each run is recall_task.train_recall at CHAPTER_SETTINGS on CHAPTER_TASK, one seed for
+all, so the runs see the same data from the same initial weights. A host that limits
+the minutes of one command trains a few runs at a time (``--only``, names separated by
+``;``) and merges the files. Runs of a later file replace runs of the same name.
+"""
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+import course_lib  # noqa: F401  (first: it chooses the GPU or the interpreter before triton is imported)
+import triton
+from course_lib.benchmarking import gpu_slug, require_gpu
+from course_lib.recall_task import (CHAPTER_RUNS, CHAPTER_SETTINGS, CHAPTER_TASK, TRAINING_RESULTS_DIR,
+                                    light_branch_reach, train_recall)
+from course_lib.runtime import DEVICE, gpu_name
+
+
+def train_runs(names, task=CHAPTER_TASK, settings=CHAPTER_SETTINGS, device=DEVICE):
+    """The document of the runs ``names`` (keys of CHAPTER_RUNS), trained one after another."""
+    runs = {}
+    for name in names:
+        arguments = CHAPTER_RUNS[name]
+        started = time.perf_counter()
+        run = train_recall(task=task, device=device, **arguments, **settings)  # ends waiting for the GPU
+        runs[name] = {"arguments": arguments, "losses": run.losses, "accuracy": run.accuracy,
+                      "seconds": time.perf_counter() - started}
+        print(f"{name:>26}: loss {run.losses[0]:.3f} -> {run.losses[-1]:.3f}, accuracy {run.accuracy:.3f}, "
+              f"{runs[name]['seconds']:.0f} s", flush=True)
+    return {
+        "gpu": gpu_name(), "torch": torch.__version__, "triton": triton.__version__,
+        "task": task._asdict(), "settings": settings,
+        "light_branch_reach": light_branch_reach(task, settings["light_window_size"]),
+        "runs": runs,
+    }
+
+
+def merge(paths):
+    """One document from several of one GPU, task and settings; runs in CHAPTER_RUNS order."""
+    documents = [json.loads(Path(path).read_text()) for path in paths]
+    setups = {json.dumps([d["gpu"], d["torch"], d["triton"], d["task"], d["settings"]]) for d in documents}
+    if len(setups) != 1:
+        raise SystemExit(f"--merge needs runs of one GPU, torch, triton, task and settings; got {sorted(setups)}")
+    runs = {name: run for document in documents for name, run in document["runs"].items()}
+    order = list(CHAPTER_RUNS) + sorted(set(runs) - set(CHAPTER_RUNS))
+    return dict(documents[0], runs={name: runs[name] for name in order if name in runs})
+
+
+def write(document, out=None):
+    path = Path(out) if out else TRAINING_RESULTS_DIR / f"{gpu_slug(document['gpu'])}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=1) + "\n")
+    return path
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help=f"runs separated by ';', of: {'; '.join(CHAPTER_RUNS)}")
+    parser.add_argument("--out", help=f"the file to write (default {TRAINING_RESULTS_DIR}/<gpu>.json)")
+    parser.add_argument("--merge", nargs="+", metavar="RUNS", help="merge these files instead of training")
+    arguments = parser.parse_args()
+    if arguments.merge:
+        print("wrote", write(merge(arguments.merge), arguments.out))
+        return
+    require_gpu("chapter 6's training runs")
+    names = [name.strip() for name in arguments.only.split(";")] if arguments.only else list(CHAPTER_RUNS)
+    unknown = [name for name in names if name not in CHAPTER_RUNS]
+    if unknown:
+        raise SystemExit(f"unknown runs {unknown}; choose from {list(CHAPTER_RUNS)}")
+    print("wrote", write(train_runs(names), arguments.out))
+
+
+if __name__ == "__main__":
+    main()
