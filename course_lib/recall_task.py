@@ -218,7 +218,7 @@ def light_branch_reach(task, light_window_size, sequences=4000, seed=0):
 
 
 # ------------------------------------------------------------------ chapter 6's runs
-# Chapter 6 trains four decoders for 3000 steps each, about ten minutes on an H100: too
+# Chapter 6 trains four decoders for 3000 steps each, about six minutes on an H100: too
 # long to repeat whenever the notebook runs. benchmarks/train_recall.py trains them
 # and stores their curves under results/training/, one file a GPU, which the chapter
 # plots beside a short run of its own.
