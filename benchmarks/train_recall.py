@@ -62,20 +62,20 @@ def write(document, out=None):
     return path
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help=f"runs separated by ';', of: {'; '.join(CHAPTER_RUNS)}")
     parser.add_argument("--out", help=f"the file to write (default {TRAINING_RESULTS_DIR}/<gpu>.json)")
     parser.add_argument("--merge", nargs="+", metavar="RUNS", help="merge these files instead of training")
-    arguments = parser.parse_args()
+    arguments = parser.parse_args(argv)
     if arguments.merge:
         print("wrote", write(merge(arguments.merge), arguments.out))
         return
-    require_gpu("chapter 6's training runs")
     names = [name.strip() for name in arguments.only.split(";")] if arguments.only else list(CHAPTER_RUNS)
     unknown = [name for name in names if name not in CHAPTER_RUNS]
     if unknown:
         raise SystemExit(f"unknown runs {unknown}; choose from {list(CHAPTER_RUNS)}")
+    require_gpu("chapter 6's training runs")
     print("wrote", write(train_runs(names), arguments.out))
 
 

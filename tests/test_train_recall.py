@@ -41,3 +41,13 @@ def test_merge_refuses_runs_of_other_settings(documents, tmp_path):
 
 def test_no_stored_runs_is_an_empty_answer(tmp_path):
     assert load_training_runs(tmp_path) == {}
+
+
+def test_the_command_line_merges_and_names_what_it_cannot_train(documents, tmp_path, capsys):
+    paths = [train_recall.write(document, tmp_path / f"{i}.json") for i, document in enumerate(documents)]
+    train_recall.main(["--merge", *map(str, paths), "--out", str(tmp_path / "merged.json")])
+    assert f"wrote {tmp_path / 'merged.json'}" in capsys.readouterr().out
+    assert list(load_training_runs(tmp_path)["merged"]["runs"]) == list(CHAPTER_RUNS)
+    # Run names are checked before anything trains, the GPU included.
+    with pytest.raises(SystemExit, match=r"unknown runs \['course_lib, eps 2'\]; choose from"):
+        train_recall.main(["--only", "course_lib, eps 0.03; course_lib, eps 2"])
