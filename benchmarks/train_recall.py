@@ -15,14 +15,10 @@ import json
 import time
 from pathlib import Path
 
-import torch
-
-import course_lib  # noqa: F401  (first: it chooses the GPU or the interpreter before triton is imported)
-import triton
-from course_lib.benchmarking import gpu_slug, require_gpu
+from course_lib.benchmarking import gpu_slug, measured_on, require_gpu
 from course_lib.recall_task import (CHAPTER_RUNS, CHAPTER_SETTINGS, CHAPTER_TASK, TRAINING_RESULTS_DIR,
                                     light_branch_reach, train_recall)
-from course_lib.runtime import DEVICE, gpu_name
+from course_lib.runtime import DEVICE
 
 
 def train_runs(names, task=CHAPTER_TASK, settings=CHAPTER_SETTINGS, device=DEVICE):
@@ -37,7 +33,7 @@ def train_runs(names, task=CHAPTER_TASK, settings=CHAPTER_SETTINGS, device=DEVIC
         print(f"{name:>26}: loss {run.losses[0]:.3f} -> {run.losses[-1]:.3f}, accuracy {run.accuracy:.3f}, "
               f"{runs[name]['seconds']:.0f} s", flush=True)
     return {
-        "gpu": gpu_name(), "torch": torch.__version__, "triton": triton.__version__,
+        **measured_on(),
         "task": task._asdict(), "settings": settings,
         "light_branch_reach": light_branch_reach(task, settings["light_window_size"]),
         "runs": runs,

@@ -221,16 +221,15 @@ def gpu_slug(name=None):
     return re.sub(r"[^a-z0-9]+", "-", (name or gpu_name()).lower()).strip("-")
 
 
+def measured_on():
+    """Where results come from, as a results file's first keys: the GPU, torch and Triton."""
+    return {"gpu": gpu_name(), "torch": torch.__version__, "triton": triton.__version__}
+
+
 def write_results(rows, copy_gbps, path=None):
     path = Path(path or RESULTS_DIR / f"{gpu_slug()}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
-    document = {
-        "gpu": gpu_name(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "copy_gbps": copy_gbps,
-        "rows": rows,
-    }
+    document = {**measured_on(), "copy_gbps": copy_gbps, "rows": rows}
     path.write_text(json.dumps(document, indent=1) + "\n")
     return path
 
