@@ -17,7 +17,7 @@ written only, so the fraction of C says little here: compare the times.
 
 import torch
 
-from course_lib.benchmarking import Timings, fresh_compile, gpu_only_ms, median_ms, row
+from course_lib.benchmarking import Timings, fresh_compile, gpu_only_ms, median_ms, row, training_step
 from course_lib.recall_task import routed_block
 
 SHAPES = [(8, 4096, 1024), (8, 2048, 512)]
@@ -49,25 +49,6 @@ def make_block(impl, dim, seq_len, device="cuda", dtype=DTYPE, window=WINDOW):
     return block, fresh_compile(block, mode) if mode else block
 
 
-def block_training_step(block, fn, x):
-    """One step of a user's loop: gradients set to None, forward, backward.
-
-    Under CUDA graphs the gradients must be fresh tensors each step: accumulated into,
-    last step's would be outputs of a graph that its next replay overwrites.
-    """
-    params = list(block.parameters())
-    grad_y = torch.randn_like(x)
-
-    def step():
-        torch.compiler.cudagraph_mark_step_begin()  # a new iteration: last step's outputs may be reused
-        x.grad = None
-        for p in params:
-            p.grad = None
-        fn(x).backward(grad_y)
-
-    return step
-
-
 def peak_step_bytes(step):
     """The most memory allocated during ``step()`` beyond what was allocated before it."""
     step()  # warm-up: allocates the weights' gradients, compiles
@@ -87,7 +68,7 @@ def run(copy_gbps, shapes=SHAPES):
         n_bytes = 2 * x.numel() * x.element_size()
         for impl in IMPLS:
             block, fn = make_block(impl, dim, seq_len)
-            step = block_training_step(block, fn, x)
+            step = training_step(fn, x, parameters=block.parameters())
             peak = peak_step_bytes(step)
             timings = Timings(median_ms(step), gpu_only_ms(step))
             result = row("routed_block", "step", impl, DTYPE, shape, timings, n_bytes, copy_gbps)

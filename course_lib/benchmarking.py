@@ -126,13 +126,20 @@ STEP_IMPLS = [
 ]
 
 
-def training_step(fn, *inputs):
-    """One training step as a user's loop runs it: the inputs' gradients set to None,
-    ``fn(*inputs)``, and its backward with a fixed random output gradient."""
-    leaves = [t for t in inputs if t.requires_grad]
+def training_step(fn, *inputs, parameters=()):
+    """One training step as a user's loop runs it: the gradients of the inputs and of
+    ``parameters`` (a module's, say) set to None, ``fn(*inputs)``, and its backward with a
+    fixed random output gradient.
+
+    Each step starts a new CUDA-graph iteration: under mode="reduce-overhead" the
+    gradients are outputs of a graph that its next replay overwrites, so they must be
+    fresh tensors each step, never accumulated into.
+    """
+    leaves = [t for t in (*inputs, *parameters) if t.requires_grad]
     grad_y = torch.randn_like(fn(*inputs))
 
     def step():
+        torch.compiler.cudagraph_mark_step_begin()
         for t in leaves:
             t.grad = None
         fn(*inputs).backward(grad_y)

@@ -226,11 +226,14 @@ def launch(kernel, grid, *args, num_warps=4, num_stages=None, maxnreg=None, **co
         _compiled_kernels[key] = compiled, values
         return
     compiled, values = found
-    stream = triton.runtime.driver.active.get_current_stream(torch.cuda.current_device())
-    hooks = triton.knobs.runtime  # as kernel[grid] passes them, so profilers' hooks still see every launch
+    stream = torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())  # what Triton's driver asks
+    enter, exit_ = triton.knobs.runtime.launch_enter_hook, triton.knobs.runtime.launch_exit_hook
+    if enter.calls or exit_.calls:  # a profiler's hooks: passed as kernel[grid] passes them
+        metadata = compiled.launch_metadata(grid, stream, *args, *values)
+    else:  # none: kernel[grid] would still build their metadata and call both empty chains
+        metadata = enter = exit_ = None
     compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, stream,
-                 compiled.function, compiled.packed_metadata, compiled.launch_metadata(grid, stream, *args, *values),
-                 hooks.launch_enter_hook, hooks.launch_exit_hook, *args, *values)
+                 compiled.function, compiled.packed_metadata, metadata, enter, exit_, *args, *values)
 
 
 @contextlib.contextmanager

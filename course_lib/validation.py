@@ -120,10 +120,10 @@ def first_order_only(op):
     def decorate(backward):
         @functools.wraps(backward)
         def wrapper(ctx, *grad_outputs):
+            if not torch.is_grad_enabled():  # create_graph=False: nothing records the gradients
+                return backward(ctx, *grad_outputs)
             with torch.no_grad():
                 grads = backward(ctx, *grad_outputs)
-            if not torch.is_grad_enabled():  # create_graph=False: nothing records the gradients
-                return grads
             tensors = [g for g in grads if isinstance(g, torch.Tensor)]
             failing = torch._C._functions.DelayedError(message, len(tensors))(
                 *(g.detach().requires_grad_() for g in tensors)
@@ -141,6 +141,6 @@ def on_device_of(tensor):
 
     Switching devices costs microseconds of host time on every launch, so it is
     done only when needed."""
-    if ON_GPU and tensor.device.index != torch.cuda.current_device():
+    if ON_GPU and tensor.get_device() != torch._C._cuda_getDevice():  # torch.cuda.current_device's own query
         return torch.cuda.device(tensor.device)
     return contextlib.nullcontext()

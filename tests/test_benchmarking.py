@@ -144,7 +144,7 @@ def test_routed_block_impls_run_one_block_each():
             assert fn is block
             outputs[impl] = fn(x)
             assert outputs[impl].shape == x.shape
-            step = bench_routed_block.block_training_step(block, fn, x.requires_grad_())
+            step = benchmarking.training_step(fn, x.requires_grad_(), parameters=block.parameters())
             step()
             first = [p.grad.clone() for p in block.parameters()]
             step()  # gradients set to None in between, not added to: the same gradients again

@@ -4,6 +4,7 @@ import torch
 from course_lib import runtime  # before triton: it may select the interpreter
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+from conftest import gpu_only  # noqa: E402
 
 
 def test_describe_names_triton_and_where_kernels_run():
@@ -136,3 +137,29 @@ def test_kernel_grid_launches_gives_the_same_and_restores_direct_launches():
         with runtime.kernel_grid_launches():
             raise RuntimeError("a failure inside the block")
     assert runtime._direct_launch is direct
+
+
+@gpu_only  # the interpreter calls no launch hooks
+def test_launch_hooks_see_every_launch_and_then_none():
+    """A profiler's launch hooks (triton.knobs.runtime) see direct launches too, with the
+    kernel's name; once removed, launches go on without them."""
+    src = torch.randn(300, device=runtime.DEVICE)
+    dst = torch.empty_like(src)
+    seen = []
+
+    def hook(metadata):
+        seen.append(metadata.get()["name"])
+
+    def launch():
+        runtime.launch(_scaled_copy_kernel, (runtime.cdiv(300, 128),), src, dst, 300, 3.0, BLOCK=128)
+
+    launch()  # compiled outside the hook
+    runtime.triton.knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        for _ in range(2):
+            launch()
+    finally:
+        runtime.triton.knobs.runtime.launch_enter_hook.remove(hook)
+    launch()
+    torch.testing.assert_close(dst, src * 3.0)
+    assert seen == ["_scaled_copy_kernel"] * 2
