@@ -147,16 +147,30 @@ def training_step(fn, *inputs, parameters=()):
     return step
 
 
-def step_timings(fn, *inputs):
-    """Timings of ``training_step(fn, *inputs)``."""
-    step = training_step(fn, *inputs)
-    return Timings(median_ms(step), gpu_only_ms(step))
+STEP_ROUNDS = 5
+
+
+def alternating_step_timings(steps, rounds=STEP_ROUNDS):
+    """{name: Timings} of the ``steps`` ({name: step}), timed in rounds that take each step in
+    turn, each round a 1/rounds share of median_ms's runs; a step's ms is the median of
+    its rounds. The host's speed drifts over seconds on the lent GPU machines (twofold, at
+    times), and where a step's host work outlasts its kernels, one step timed after
+    another would compare those moments, not the steps. The GPU's own time does not
+    drift, so gpu_only_ms times each step once."""
+    ms = {name: [] for name in steps}
+    for round_ in range(rounds):
+        names = list(steps)
+        for name in names[round_ % len(names):] + names[:round_ % len(names)]:  # a new first step each round
+            ms[name].append(median_ms(steps[name], rep=200 // rounds))
+    return {name: Timings(statistics.median(ms[name]), gpu_only_ms(step)) for name, step in steps.items()}
 
 
 def step_rows(kernel, dtype, shape, course_fn, torch_fn, inputs, n_bytes, copy_gbps):
     """A "step" row for every STEP_IMPLS entry; ``n_bytes`` counts the forward's and the
-    backward's bytes together."""
-    rows = []
+    backward's bytes together. Every step is compiled and run before any is timed, then
+    all are timed together (alternating_step_timings)."""
+    torch._dynamo.reset()  # one reset a shape: the compiled steps below must all stay compiled
+    steps = {}
     for impl, ours, mode in STEP_IMPLS:
         fn = course_fn if ours else torch_fn
         if mode == "reduce-overhead":
@@ -164,9 +178,12 @@ def step_rows(kernel, dtype, shape, course_fn, torch_fn, inputs, n_bytes, copy_g
             # parameters; unmarked, CUDA graphs would copy them in at every replay.
             for t in inputs:
                 torch._dynamo.mark_static_address(t)
-        timings = step_timings(fresh_compile(fn, mode) if mode else fn, *inputs)
-        rows.append(row(kernel, "step", impl, dtype, shape, timings, n_bytes, copy_gbps))
-    return rows
+        steps[impl] = training_step(torch.compile(fn, dynamic=False, mode=mode) if mode else fn, *inputs)
+    for step in steps.values():  # any recompilation (the inputs marked static since) happens here
+        for _ in range(3):
+            step()
+    timings = alternating_step_timings(steps)
+    return [row(kernel, "step", impl, dtype, shape, timings[impl], n_bytes, copy_gbps) for impl in steps]
 
 
 def copy_bandwidth_gbps(n_bytes=2**30):

@@ -152,3 +152,22 @@ def test_routed_block_impls_run_one_block_each():
                 torch.testing.assert_close(p.grad, grad)
     torch.testing.assert_close(outputs["course_lib"], outputs["torch"], rtol=1e-4, atol=1e-4)
     assert (outputs["colt5_attention"] - outputs["torch"]).abs().max() > 1e-3  # another block, not a copy
+
+
+def test_alternating_step_timings_takes_each_step_in_turn_and_keeps_the_median(monkeypatch):
+    calls = []
+    # Step "a" meets a slow moment of the host in one round; the median leaves it out.
+    times = {"a": iter([1.0, 9.0, 1.0]), "b": iter([2.0, 2.0, 2.0]), "c": iter([3.0, 3.0, 3.0])}
+    steps = {name: name for name in times}  # stand-ins: the patched timers get the step back
+
+    def fake_median_ms(step, rep):
+        calls.append((step, rep))
+        return next(times[step])
+
+    monkeypatch.setattr(benchmarking, "median_ms", fake_median_ms)
+    monkeypatch.setattr(benchmarking, "gpu_only_ms", lambda step: {"a": 0.5, "b": 1.5, "c": 2.5}[step])
+    timings = benchmarking.alternating_step_timings(steps, rounds=3)
+    assert [step for step, _ in calls] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert {rep for _, rep in calls} == {200 // 3}
+    assert timings == {"a": benchmarking.Timings(1.0, 0.5), "b": benchmarking.Timings(2.0, 1.5),
+                       "c": benchmarking.Timings(3.0, 2.5)}
