@@ -44,3 +44,7 @@ run_step() {
   esac
 }
 for step in $steps; do run_step "$step"; done
+# What the run produced in one archive, for a host that hands back only a few files:
+# its logs, the results files and the notebooks with their new outputs.
+tar czf "$logs/gpu-run.tgz" --exclude=gpu-run.tgz "$logs" course_lib/results notebooks/*.ipynb
+echo "wrote $logs/gpu-run.tgz"
