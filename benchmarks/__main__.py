@@ -14,7 +14,7 @@ import statistics
 from pathlib import Path
 
 from course_lib.benchmarking import (RESULTS_DIR, add_copy_ceilings, copy_bandwidth_gbps, gpu_slug, require_gpu,
-                                    write_results)
+                                    write_document, write_results)
 
 from . import bench_coor_descent, bench_layernorm, bench_routed_block, bench_softmax, bench_weighted_sum
 
@@ -70,9 +70,7 @@ def merge(paths, out=None):
             rows[row_key(row)] = dict(row, copy_gbps=row.get("copy_gbps", document["copy_gbps"]))
     rows = list(rows.values())
     merged = dict(documents[0], copy_gbps=statistics.median(row["copy_gbps"] for row in rows), rows=rows)
-    path = Path(out) if out else RESULTS_DIR / f"{gpu_slug(merged['gpu'])}.json"
-    path.write_text(json.dumps(merged, indent=1) + "\n")
-    return path
+    return write_document(merged, out or RESULTS_DIR / f"{gpu_slug(merged['gpu'])}.json")
 
 
 def main():

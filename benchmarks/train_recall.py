@@ -15,7 +15,7 @@ import json
 import time
 from pathlib import Path
 
-from course_lib.benchmarking import gpu_slug, measured_on, require_gpu
+from course_lib.benchmarking import gpu_slug, measured_on, require_gpu, write_document
 from course_lib.recall_task import (CHAPTER_RUNS, CHAPTER_SETTINGS, CHAPTER_TASK, TRAINING_RESULTS_DIR,
                                     light_branch_reach, train_recall)
 from course_lib.runtime import DEVICE
@@ -52,10 +52,7 @@ def merge(paths):
 
 
 def write(document, out=None):
-    path = Path(out) if out else TRAINING_RESULTS_DIR / f"{gpu_slug(document['gpu'])}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, indent=1) + "\n")
-    return path
+    return write_document(document, out or TRAINING_RESULTS_DIR / f"{gpu_slug(document['gpu'])}.json")
 
 
 def main(argv=None):

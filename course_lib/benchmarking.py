@@ -158,8 +158,8 @@ def alternating_step_timings(steps, rounds=STEP_ROUNDS):
     another would compare those moments, not the steps. The GPU's own time does not
     drift, so gpu_only_ms times each step once."""
     ms = {name: [] for name in steps}
+    names = list(steps)
     for round_ in range(rounds):
-        names = list(steps)
         for name in names[round_ % len(names):] + names[:round_ % len(names)]:  # a new first step each round
             ms[name].append(median_ms(steps[name], rep=200 // rounds))
     return {name: Timings(statistics.median(ms[name]), gpu_only_ms(step)) for name, step in steps.items()}
@@ -250,12 +250,18 @@ def measured_on():
     return {"gpu": gpu_name(), "torch": torch.__version__, "triton": triton.__version__}
 
 
-def write_results(rows, copy_gbps, path=None):
-    path = Path(path or RESULTS_DIR / f"{gpu_slug()}.json")
+def write_document(document, path):
+    """Write a results document (benchmark rows, chapter 6's training runs) as indented
+    JSON, its folder created if needed; return the path."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    document = {**measured_on(), "copy_gbps": copy_gbps, "rows": rows}
     path.write_text(json.dumps(document, indent=1) + "\n")
     return path
+
+
+def write_results(rows, copy_gbps, path=None):
+    document = {**measured_on(), "copy_gbps": copy_gbps, "rows": rows}
+    return write_document(document, path or RESULTS_DIR / f"{gpu_slug()}.json")
 
 
 def load_results(results_dir=RESULTS_DIR):
