@@ -37,9 +37,10 @@ def causal_mask(n, device=None):
     return torch.ones(n, n, dtype=torch.bool, device=device).triu(diagonal=1)
 
 
-def causal_softmax(x):
-    """Softmax of x (..., n, n) where query row i sees keys j <= i; exactly 0 above the diagonal."""
-    hidden = causal_mask(x.shape[-1], x.device)
+def causal_softmax(x, diagonal=0):
+    """Softmax of x (..., m, n) where query row i sees keys j <= i + diagonal; exactly 0
+    at the keys it does not see."""
+    hidden = torch.ones(x.shape[-2:], dtype=torch.bool, device=x.device).triu(diagonal=diagonal + 1)
     return softmax(x.masked_fill(hidden, float("-inf"))).masked_fill(hidden, 0.0)
 
 

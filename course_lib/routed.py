@@ -276,8 +276,9 @@ def hide_keys(scores, visible):
 
 def causal_attention(q, k, v, ops=COURSE_OPS, key_mask=None):
     """softmax(q kᵀ / sqrt(d)) v where query i sees keys j <= i (and, with key_mask
-    (b, n), only keys that are real): causal_softmax over the (..., n, n) scores."""
-    scores = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5
+    (b, n), only keys that are real): causal_softmax over the (..., n, n) scores.
+    q is scaled before the product, as the package does: a pass over (n, d), not (n, n)."""
+    scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-1, -2)
     if key_mask is not None:
         scores = hide_keys(scores, key_mask[:, None, None, :])
     return ops.causal_softmax(scores) @ v
@@ -290,10 +291,8 @@ def local_causal_attention(q, k, v, window, ops=COURSE_OPS, key_mask=None):
     q, k, v (b, h, n, d) with n a multiple of ``window``. The queries of window w see
     the keys of windows w - 1 and w up to their own position. Stacking the two windows'
     keys, the scores of window w's queries are (window, 2 * window) and query i sees
-    keys j <= i + window: the bottom half of a causal (2 * window)² matrix. So the scores
-    go in the bottom rows of a square whose top rows are zeros, causal_softmax runs on
-    it, and the top rows are dropped. The first window has no window before it: those
-    keys are hidden.
+    keys j <= i + window: causal_softmax with ``diagonal=window``. The first window has
+    no window before it: those keys are hidden.
     """
     b, h, n, d = q.shape
     n_windows = n // window
@@ -306,16 +305,17 @@ def local_causal_attention(q, k, v, window, ops=COURSE_OPS, key_mask=None):
         return torch.cat([F.pad(t, (0, 0, 0, 0, 1, 0))[:, :, :-1], t], dim=3)
 
     keys, values = with_previous(k), with_previous(v)
-    scores = windows(q) @ keys.transpose(-1, -2) * d**-0.5
-    position = torch.arange(2 * window, device=q.device)
-    has_previous = torch.arange(n_windows, device=q.device)[:, None, None] > 0
-    visible = has_previous | (position >= window)  # (W, 1, 2 * window)
-    if key_mask is not None:
+    scores = windows(q * d**-0.5) @ keys.transpose(-1, -2)  # (b, h, W, window, 2 * window)
+    if key_mask is None:
+        # In place: the product's output is not saved for its backward, and a fill of
+        # the first window's hidden half writes 1/W of the scores, not all of them.
+        scores[:, :, 0, :, :window] = float("-inf")
+    else:
         keys_real = with_previous(key_mask[:, None, :, None].to(q.dtype))[..., 0] > 0  # (b, 1, W, 2 * window)
-        visible = visible & keys_real[:, :, :, None, :]
-    scores = hide_keys(scores, visible)
-    square = F.pad(scores, (0, 0, window, 0))  # the top rows: queries we do not need
-    weights = ops.causal_softmax(square)[..., window:, :]
+        has_previous = torch.arange(n_windows, device=q.device)[:, None] > 0
+        visible = keys_real & (has_previous | (torch.arange(2 * window, device=q.device) >= window))
+        scores = hide_keys(scores, visible[:, :, :, None, :])
+    weights = ops.causal_softmax(scores, diagonal=window)
     return (weights @ values).reshape(b, h, n, -1)
 
 

@@ -4,7 +4,8 @@ Chapter 2. The causal version takes x of shape (..., n, n), one matrix of attent
 scores per leading index, and lets query row i see only keys j <= i: the keys above
 the diagonal are never read and their outputs are exactly 0. It is a rewrite of
 PaLM-pytorch's Triton causal softmax, whose mask ``col > row % n_cols`` silently
-assumed square input; here a non-square input is an error.
+assumed square input; here a non-square input is an error unless the caller says
+where its diagonal lies (``diagonal``: query i sees keys j <= i + diagonal).
 
 A row whose every visible key is -inf (nothing to attend to) gives zeros and a zero
 gradient instead of NaN. A NaN (or +inf) among the visible keys makes the row NaN, as
@@ -47,24 +48,25 @@ def _row_offsets(rows, rows_per_matrix, stride_matrix, stride_row):
 
 
 @triton.jit
-def _key_masks(rows, cols, rows_per_matrix, n_cols, CAUSAL: tl.constexpr):
+def _key_masks(rows, cols, rows_per_matrix, n_cols, diagonal, CAUSAL: tl.constexpr):
     """(visible, fetch) for keys ``cols`` of query ``rows`` (broadcast against each
     other): visible keys take part in the softmax, fetched keys are loaded. A causal
-    query row i sees keys 0..i; it fetches up to i rounded up to FETCH_GROUP."""
+    query row i sees keys 0..i + diagonal; it fetches up to there rounded up to
+    FETCH_GROUP."""
     in_row = cols < n_cols
     if CAUSAL:
-        query = rows % rows_per_matrix
-        fetch_end = (query + FETCH_GROUP) // FETCH_GROUP * FETCH_GROUP
-        return in_row & (cols <= query), in_row & (cols < fetch_end)
+        last_key = rows % rows_per_matrix + diagonal
+        fetch_end = (last_key + FETCH_GROUP) // FETCH_GROUP * FETCH_GROUP
+        return in_row & (cols <= last_key), in_row & (cols < fetch_end)
     else:
         return in_row, in_row
 
 
 @triton.jit
-def _key_end(row, rows_per_matrix, n_cols, CAUSAL: tl.constexpr):
-    """One past the last key that query ``row`` sees."""
+def _key_end(row, rows_per_matrix, n_cols, diagonal, CAUSAL: tl.constexpr):
+    """One past the last key that query ``row`` sees (0 when it sees none)."""
     if CAUSAL:
-        return row % rows_per_matrix + 1
+        return tl.minimum(tl.maximum(row % rows_per_matrix + diagonal + 1, 0), n_cols)
     else:
         return n_cols
 
@@ -83,14 +85,14 @@ def _hide_fetched_keys(values, visible, hidden_value, CAUSAL: tl.constexpr):
 
 @triton.jit
 def _softmax_rows(
-    x_ptr, y_ptr, rows, row_mask, rows_per_matrix, n_cols,
+    x_ptr, y_ptr, rows, row_mask, rows_per_matrix, n_cols, diagonal,
     stride_x_matrix, stride_x_row, stride_x_col, stride_y_row,
     CAUSAL: tl.constexpr, BLOCK_COLS: tl.constexpr, ROW_BLOCK_COLS: tl.constexpr,
 ):
     """Normalise ``rows`` whose visible keys all lie in the first BLOCK_COLS columns;
     columns BLOCK_COLS .. ROW_BLOCK_COLS, all hidden, get zeros without being read."""
     cols = tl.arange(0, BLOCK_COLS)
-    visible, fetch = _key_masks(rows[:, None], cols[None, :], rows_per_matrix, n_cols, CAUSAL)
+    visible, fetch = _key_masks(rows[:, None], cols[None, :], rows_per_matrix, n_cols, diagonal, CAUSAL)
     x_offsets = (_row_offsets(rows, rows_per_matrix, stride_x_matrix, stride_x_row)[:, None]
                  + cols.to(tl.int64)[None, :] * stride_x_col)
     # Masked-off lanes fetch nothing: of the upper triangle, only the keys that share
@@ -121,7 +123,7 @@ def _softmax_rows(
 @triton.jit
 def softmax_forward_kernel(
     x_ptr, y_ptr,
-    n_rows, rows_per_matrix, n_cols,
+    n_rows, rows_per_matrix, n_cols, diagonal,
     stride_x_matrix, stride_x_row, stride_x_col, stride_y_row,
     CAUSAL: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
 ):
@@ -136,17 +138,17 @@ def softmax_forward_kernel(
     rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     row_mask = (rows < n_rows)[:, None]
     if CAUSAL and BLOCK_COLS >= 2 * FETCH_GROUP:
-        last_query = tl.max(tl.where(rows < n_rows, rows % rows_per_matrix, 0), axis=0)
-        if last_query < BLOCK_COLS // 2:
-            _softmax_rows(x_ptr, y_ptr, rows, row_mask, rows_per_matrix, n_cols,
+        last_key = tl.max(tl.where(rows < n_rows, rows % rows_per_matrix, 0), axis=0) + diagonal
+        if last_key < BLOCK_COLS // 2:
+            _softmax_rows(x_ptr, y_ptr, rows, row_mask, rows_per_matrix, n_cols, diagonal,
                           stride_x_matrix, stride_x_row, stride_x_col, stride_y_row,
                           CAUSAL, BLOCK_COLS // 2, BLOCK_COLS)
         else:
-            _softmax_rows(x_ptr, y_ptr, rows, row_mask, rows_per_matrix, n_cols,
+            _softmax_rows(x_ptr, y_ptr, rows, row_mask, rows_per_matrix, n_cols, diagonal,
                           stride_x_matrix, stride_x_row, stride_x_col, stride_y_row,
                           CAUSAL, BLOCK_COLS, BLOCK_COLS)
     else:
-        _softmax_rows(x_ptr, y_ptr, rows, row_mask, rows_per_matrix, n_cols,
+        _softmax_rows(x_ptr, y_ptr, rows, row_mask, rows_per_matrix, n_cols, diagonal,
                       stride_x_matrix, stride_x_row, stride_x_col, stride_y_row,
                       CAUSAL, BLOCK_COLS, BLOCK_COLS)
 
@@ -154,7 +156,7 @@ def softmax_forward_kernel(
 @triton.jit
 def softmax_backward_kernel(
     y_ptr, grad_y_ptr, grad_x_ptr,
-    n_rows, rows_per_matrix, n_cols,
+    n_rows, rows_per_matrix, n_cols, diagonal,
     stride_y_row, stride_grad_y_matrix, stride_grad_y_row, stride_grad_y_col, stride_grad_x_row,
     CAUSAL: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
 ):
@@ -162,7 +164,7 @@ def softmax_backward_kernel(
     rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     cols = tl.arange(0, BLOCK_COLS)
     row_mask = (rows < n_rows)[:, None]
-    visible, fetch = _key_masks(rows[:, None], cols[None, :], rows_per_matrix, n_cols, CAUSAL)
+    visible, fetch = _key_masks(rows[:, None], cols[None, :], rows_per_matrix, n_cols, diagonal, CAUSAL)
     rows64 = rows.to(tl.int64)[:, None]
     y = tl.load(y_ptr + rows64 * stride_y_row + cols[None, :], mask=row_mask & fetch, other=0.0)
     grad_y_offsets = (_row_offsets(rows, rows_per_matrix, stride_grad_y_matrix, stride_grad_y_row)[:, None]
@@ -183,7 +185,7 @@ def softmax_backward_kernel(
 @triton.jit
 def softmax_forward_looped_kernel(
     x_ptr, y_ptr,
-    n_rows, rows_per_matrix, n_cols,
+    n_rows, rows_per_matrix, n_cols, diagonal,
     stride_x_matrix, stride_x_row, stride_x_col, stride_y_row,
     CAUSAL: tl.constexpr, BLOCK_COLS: tl.constexpr,
 ):
@@ -198,13 +200,13 @@ def softmax_forward_looped_kernel(
     for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
         x_row_ptr = x_ptr + _row_offsets(row, rows_per_matrix, stride_x_matrix, stride_x_row)
         y_row_ptr = y_ptr + tl.cast(row, tl.int64) * stride_y_row
-        key_end = _key_end(row, rows_per_matrix, n_cols, CAUSAL)
+        key_end = _key_end(row, rows_per_matrix, n_cols, diagonal, CAUSAL)
 
         running_max = tl.full((), float("-inf"), tl.float32)
         sums = tl.zeros((BLOCK_COLS,), dtype=tl.float32)
         for start in range(0, key_end, BLOCK_COLS):
             cols = start + tl.arange(0, BLOCK_COLS)
-            visible, fetch = _key_masks(row, cols, rows_per_matrix, n_cols, CAUSAL)
+            visible, fetch = _key_masks(row, cols, rows_per_matrix, n_cols, diagonal, CAUSAL)
             # evict_last: pass 2 reads the row again, so keep it in L2 while it fits.
             x = tl.load(x_row_ptr + cols.to(tl.int64) * stride_x_col, mask=fetch, other=float("-inf"),
                         eviction_policy="evict_last").to(tl.float32)
@@ -222,7 +224,7 @@ def softmax_forward_looped_kernel(
         n_tiles = tl.cdiv(key_end, BLOCK_COLS)
         for tile in range(0, n_tiles):
             cols = (n_tiles - 1 - tile) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-            visible, fetch = _key_masks(row, cols, rows_per_matrix, n_cols, CAUSAL)
+            visible, fetch = _key_masks(row, cols, rows_per_matrix, n_cols, diagonal, CAUSAL)
             x = tl.load(x_row_ptr + cols.to(tl.int64) * stride_x_col, mask=fetch, other=float("-inf"),
                         eviction_policy="evict_first").to(tl.float32)
             x = _hide_fetched_keys(x, visible, float("-inf"), CAUSAL)
@@ -237,7 +239,7 @@ def softmax_forward_looped_kernel(
 @triton.jit
 def softmax_backward_looped_kernel(
     y_ptr, grad_y_ptr, grad_x_ptr,
-    n_rows, rows_per_matrix, n_cols,
+    n_rows, rows_per_matrix, n_cols, diagonal,
     stride_y_row, stride_grad_y_matrix, stride_grad_y_row, stride_grad_y_col, stride_grad_x_row,
     CAUSAL: tl.constexpr, BLOCK_COLS: tl.constexpr,
 ):
@@ -246,12 +248,12 @@ def softmax_backward_looped_kernel(
         y_row_ptr = y_ptr + tl.cast(row, tl.int64) * stride_y_row
         grad_y_row_ptr = grad_y_ptr + _row_offsets(row, rows_per_matrix, stride_grad_y_matrix, stride_grad_y_row)
         grad_x_row_ptr = grad_x_ptr + tl.cast(row, tl.int64) * stride_grad_x_row
-        key_end = _key_end(row, rows_per_matrix, n_cols, CAUSAL)
+        key_end = _key_end(row, rows_per_matrix, n_cols, diagonal, CAUSAL)
 
         partial_dots = tl.zeros((BLOCK_COLS,), dtype=tl.float32)
         for start in range(0, key_end, BLOCK_COLS):
             cols = start + tl.arange(0, BLOCK_COLS)
-            visible, fetch = _key_masks(row, cols, rows_per_matrix, n_cols, CAUSAL)
+            visible, fetch = _key_masks(row, cols, rows_per_matrix, n_cols, diagonal, CAUSAL)
             y = tl.load(y_row_ptr + cols, mask=fetch, other=0.0, eviction_policy="evict_last")
             grad_y = tl.load(grad_y_row_ptr + cols.to(tl.int64) * stride_grad_y_col, mask=fetch, other=0.0,
                              eviction_policy="evict_last")
@@ -261,7 +263,7 @@ def softmax_backward_looped_kernel(
         n_tiles = tl.cdiv(key_end, BLOCK_COLS)
         for tile in range(0, n_tiles):  # last to first, as in the forward
             cols = (n_tiles - 1 - tile) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-            visible, fetch = _key_masks(row, cols, rows_per_matrix, n_cols, CAUSAL)
+            visible, fetch = _key_masks(row, cols, rows_per_matrix, n_cols, diagonal, CAUSAL)
             y = tl.load(y_row_ptr + cols, mask=fetch, other=0.0, eviction_policy="evict_first")
             grad_y = tl.load(grad_y_row_ptr + cols.to(tl.int64) * stride_grad_y_col, mask=fetch, other=0.0,
                              eviction_policy="evict_first")
@@ -369,8 +371,9 @@ def _check_index_headroom(n_rows, n_cols, block_rows, block_cols):
             )
 
 
-def softmax_forward(x, causal, tiles=None):
-    """Launch a forward kernel; ``tiles`` overrides (BLOCK_ROWS, BLOCK_COLS, num_warps)."""
+def softmax_forward(x, causal, tiles=None, diagonal=0):
+    """Launch a forward kernel; ``tiles`` overrides (BLOCK_ROWS, BLOCK_COLS, num_warps).
+    A causal query i sees keys j <= i + ``diagonal``."""
     if x.numel() == 0:
         return torch.empty(x.shape, device=x.device, dtype=x.dtype)
     x3d = _as_matrices(x)
@@ -384,20 +387,21 @@ def softmax_forward(x, causal, tiles=None):
     with on_device_of(x):
         if block_cols >= n_cols:
             launch(softmax_forward_kernel, (cdiv(n_rows, block_rows),),
-                x3d, y2d, n_rows, rows_per_matrix, n_cols, *strides,
+                x3d, y2d, n_rows, rows_per_matrix, n_cols, diagonal, *strides,
                 CAUSAL=causal, BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, num_warps=num_warps,
             )
         else:
             assert block_rows == 1, "the looped kernels work on one row at a time"
             launch(softmax_forward_looped_kernel, looped_grid(n_rows, n_cols),
-                x3d, y2d, n_rows, rows_per_matrix, n_cols, *strides,
+                x3d, y2d, n_rows, rows_per_matrix, n_cols, diagonal, *strides,
                 CAUSAL=causal, BLOCK_COLS=block_cols, num_warps=num_warps,
             )
     return y
 
 
-def softmax_backward(y, grad_y, causal, tiles=None):
-    """Launch a backward kernel: grad_x from the forward's output y and grad_y (any strides)."""
+def softmax_backward(y, grad_y, causal, tiles=None, diagonal=0):
+    """Launch a backward kernel: grad_x from the forward's output y and grad_y (any
+    strides), with the forward's ``causal`` and ``diagonal``."""
     if y.numel() == 0:
         return torch.empty(y.shape, device=y.device, dtype=y.dtype)
     grad_y3d = _as_matrices(grad_y)
@@ -412,13 +416,13 @@ def softmax_backward(y, grad_y, causal, tiles=None):
     with on_device_of(y):
         if block_cols >= n_cols:
             launch(softmax_backward_kernel, (cdiv(n_rows, block_rows),),
-                y2d, grad_y3d, grad_x2d, n_rows, rows_per_matrix, n_cols, *strides,
+                y2d, grad_y3d, grad_x2d, n_rows, rows_per_matrix, n_cols, diagonal, *strides,
                 CAUSAL=causal, BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, num_warps=num_warps,
             )
         else:
             assert block_rows == 1, "the looped kernels work on one row at a time"
             launch(softmax_backward_looped_kernel, looped_grid(n_rows, n_cols),
-                y2d, grad_y3d, grad_x2d, n_rows, rows_per_matrix, n_cols, *strides,
+                y2d, grad_y3d, grad_x2d, n_rows, rows_per_matrix, n_cols, diagonal, *strides,
                 CAUSAL=causal, BLOCK_COLS=block_cols, num_warps=num_warps,
             )
     return grad_x
@@ -429,17 +433,17 @@ def softmax_backward(y, grad_y, causal, tiles=None):
 
 class SoftmaxFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, causal):
-        y = softmax_forward(x, causal)
+    def forward(ctx, x, causal, diagonal):
+        y = softmax_forward(x, causal, diagonal=diagonal)
         ctx.save_for_backward(y)
-        ctx.causal = causal
+        ctx.causal, ctx.diagonal = causal, diagonal
         return y
 
     @staticmethod
     @first_order_only("softmax")
     def backward(ctx, grad_y):
         (y,) = ctx.saved_tensors
-        return softmax_backward(y, grad_y, ctx.causal), None
+        return softmax_backward(y, grad_y, ctx.causal, diagonal=ctx.diagonal), None, None
 
 
 # -------------------------------------------------------------------- custom operator
@@ -449,23 +453,23 @@ class SoftmaxFunction(torch.autograd.Function):
 
 
 @kernel_operator("course_lib::softmax")
-def softmax_op(x: torch.Tensor, causal: bool) -> torch.Tensor:
-    return softmax_forward(x, causal)
+def softmax_op(x: torch.Tensor, causal: bool, diagonal: int) -> torch.Tensor:
+    return softmax_forward(x, causal, diagonal=diagonal)
 
 
 @kernel_operator("course_lib::softmax_backward")
-def softmax_backward_op(y: torch.Tensor, grad_y: torch.Tensor, causal: bool) -> torch.Tensor:
-    return softmax_backward(y, grad_y, causal)
+def softmax_backward_op(y: torch.Tensor, grad_y: torch.Tensor, causal: bool, diagonal: int) -> torch.Tensor:
+    return softmax_backward(y, grad_y, causal, diagonal=diagonal)
 
 
 def _save_output(ctx, inputs, output):
     ctx.save_for_backward(output)
-    ctx.causal = inputs[1]
+    ctx.causal, ctx.diagonal = inputs[1], inputs[2]
 
 
 def _softmax_op_backward(ctx, grad_y):
     (y,) = ctx.saved_tensors
-    return softmax_backward_op(y, grad_y, ctx.causal), None
+    return softmax_backward_op(y, grad_y, ctx.causal, ctx.diagonal), None, None
 
 
 softmax_op.register_autograd(_softmax_op_backward, setup_context=_save_output)
@@ -474,17 +478,29 @@ softmax_op.register_autograd(_softmax_op_backward, setup_context=_save_output)
 # ------------------------------------------------------------------------------ public
 
 
-def _check_input(op, x, causal):
+def _check_input(op, x, causal, diagonal=None):
     if not isinstance(causal, bool):
         raise TypeError(f"{op}: causal must be True or False, got {causal!r}")
+    if diagonal is not None and (isinstance(diagonal, bool) or not isinstance(diagonal, int)):
+        raise TypeError(f"{op}: diagonal must be an int or None, got {diagonal!r}")
     check_tensor(op, "x", x, min_ndim=2 if causal else 1)
-    if causal and x.shape[-1] != x.shape[-2]:
+    if causal and diagonal is None and x.shape[-1] != x.shape[-2]:
         raise ValueError(
-            f"{op}: a causal mask needs square matrices in the last two dimensions, (..., n, n); "
+            f"{op}: a causal mask needs square matrices in the last two dimensions, (..., n, n), "
+            f"or a diagonal saying where the keys of non-square scores (..., m, n) start: "
+            f"diagonal=n - m aligns the last query with the last key, diagonal=0 the first with the first; "
             f"got x of shape {tuple(x.shape)}"
         )
     n_cols = x.shape[-1]
     check_index_range(op, columns=n_cols, rows=x.numel() // n_cols if n_cols else 0)
+
+
+def _softmax(op, x, causal, diagonal):
+    if torch.compiler.is_compiling():
+        return softmax_op(x, causal, diagonal)
+    if wants_gradient(op, x=x):
+        return SoftmaxFunction.apply(x, causal, diagonal)
+    return softmax_forward(x, causal, diagonal=diagonal)  # no gradient wanted: skip autograd's bookkeeping
 
 
 def softmax(x, causal=False):
@@ -497,18 +513,25 @@ def softmax(x, causal=False):
     """
     op = "causal_softmax" if causal is True else "softmax"
     _check_input(op, x, causal)
-    if torch.compiler.is_compiling():
-        return softmax_op(x, causal)
-    if wants_gradient(op, x=x):
-        return SoftmaxFunction.apply(x, causal)
-    return softmax_forward(x, causal)  # no gradient wanted: skip autograd's bookkeeping
+    return _softmax(op, x, causal, 0)
 
 
-def causal_softmax(x):
-    """Softmax of attention scores x (..., n, n) where query i sees keys j <= i.
+def causal_softmax(x, diagonal=None):
+    """Softmax of attention scores x (..., m, n) where query i sees keys j <= i + diagonal.
 
-    Entries above the diagonal (j > i) take no part and come out exactly 0 (in a row
+    Without ``diagonal`` the scores must be square, (..., n, n), and query i sees keys
+    j <= i. Non-square scores need it said which key is on a query's diagonal, as in
+    ``torch.tril(diagonal=...)``: ``diagonal=n - m`` for m new queries after n - m
+    earlier keys (the last query sees every key), ``diagonal=0`` for the top-left
+    corner. A query that sees no key (i + diagonal < 0) gets zeros.
+
+    Hidden entries (j > i + diagonal) take no part and come out exactly 0 (in a row
     made NaN by a NaN key, possibly NaN). They are not read either, apart from the few
     next to the diagonal that share its 16-element load (FETCH_GROUP).
     """
-    return softmax(x, causal=True)
+    _check_input("causal_softmax", x, True, diagonal)
+    if diagonal is None:
+        diagonal = 0
+    rows, cols = x.shape[-2:]
+    # Beyond these bounds every key is hidden or visible: clamping keeps the kernels' 32-bit sums exact.
+    return _softmax("causal_softmax", x, True, max(-rows, min(cols, diagonal)))

@@ -52,29 +52,30 @@ def kernel_path(request, monkeypatch):
     return request.param
 
 
-def check_softmax(x, causal, grad_y=None):
+def check_softmax(x, causal, grad_y=None, diagonal=None):
     """Run the kernels on x and compare y and grad_x with float64 autograd through the
-    reference; in the causal case also require exact zeros above the diagonal."""
+    reference; in the causal case also require exact zeros above the diagonal (query i
+    sees keys j <= i + diagonal; given a diagonal, through causal_softmax)."""
     dtype = x.dtype
     x = x.detach().requires_grad_()
     poison_cached_memory(2 * x.numel() * x.element_size())
-    y = softmax(x, causal=causal)
+    y = softmax(x, causal=causal) if diagonal is None else causal_softmax(x, diagonal=diagonal)
     grad_y = torch.randn_like(y) if grad_y is None else grad_y
     y.backward(grad_y)
 
     x64 = x.detach().double().requires_grad_()
-    y64 = (references.causal_softmax if causal else references.softmax)(x64)
+    y64 = references.causal_softmax(x64, diagonal or 0) if causal else references.softmax(x64)
     y64.backward(grad_y.double())
     assert_matches(y, y64.detach(), dtype, what="y")
     assert_matches(x.grad, x64.grad, dtype, what="grad_x")
     if causal:
-        assert_zero_above_diagonal(y, "y")
-        assert_zero_above_diagonal(x.grad, "grad_x")
+        assert_zero_above_diagonal(y, "y", diagonal or 0)
+        assert_zero_above_diagonal(x.grad, "grad_x", diagonal or 0)
     return y, x.grad
 
 
-def assert_zero_above_diagonal(t, what):
-    upper = t.triu(diagonal=1)
+def assert_zero_above_diagonal(t, what, diagonal=0):
+    upper = t.triu(diagonal=diagonal + 1)
     assert torch.equal(upper, torch.zeros_like(upper)), f"{what}: nonzero entries above the diagonal"
 
 
@@ -110,6 +111,50 @@ def test_causal_1000_in_one_block():
 @pytest.mark.parametrize("shape", PLAIN_SHAPES, ids=str)
 def test_plain_matches_reference(shape, dtype, kernel_path):
     check_softmax(torch.randn(shape, device=DEVICE, dtype=dtype), causal=False)
+
+
+# (queries m, keys n, diagonal): bottom-right (n - m) as local attention uses it, top-left
+# (0), queries that see nothing (i + diagonal < 0) and rows that see everything.
+DIAGONAL_CASES = [(3, 8, 5), (5, 9, 0), (7, 7, -3), (6, 3, -3), (4, 20, 16), (3, 5, 9), (2, 4, -9), (33, 40, 7)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("m", "n", "diagonal"), DIAGONAL_CASES, ids=str)
+def test_causal_diagonal_matches_reference(m, n, diagonal, dtype, kernel_path):
+    y, grad_x = check_softmax(torch.randn(2, m, n, device=DEVICE, dtype=dtype), causal=True, diagonal=diagonal)
+    blind = torch.arange(m, device=DEVICE) + diagonal < 0  # queries with no key to see
+    assert torch.equal(y[:, blind], torch.zeros_like(y[:, blind]))
+    assert torch.equal(grad_x[:, blind], torch.zeros_like(grad_x[:, blind]))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("tiles", [(4, 256, 2), (2, 512, 4)], ids=str)
+def test_causal_diagonal_half_width_programs(tiles, dtype):
+    # (128, 256) scores with diagonal 128, as local attention makes them: the first
+    # queries' last keys fall in the first half of the block, the last ones' in the second.
+    x = torch.randn(3, 128, 256, device=DEVICE, dtype=dtype)
+    hidden = torch.ones(128, 256, dtype=torch.bool, device=DEVICE).triu(diagonal=129)
+    y = softmax_module.softmax_forward(x.masked_fill(hidden, float("nan")), True, tiles, diagonal=128)
+    assert_matches(y, references.causal_softmax(x.double(), 128), dtype, what="y")
+
+
+def test_causal_diagonal_never_uses_hidden_keys(kernel_path):
+    x = torch.randn(2, 6, 11, device=DEVICE)
+    grad_y = torch.randn_like(x)
+    hidden = torch.ones(6, 11, dtype=torch.bool, device=DEVICE).triu(diagonal=6)  # diagonal 5
+    y_clean = causal_softmax(x, diagonal=5)
+    y_dirty = causal_softmax(x.masked_fill(hidden, float("nan")), diagonal=5)
+    assert torch.equal(y_dirty, y_clean)
+    grad_clean = softmax_backward(y_clean, grad_y, causal=True, diagonal=5)
+    assert torch.equal(softmax_backward(y_dirty, grad_y.masked_fill(hidden, float("nan")), causal=True, diagonal=5),
+                       grad_clean)
+
+
+def test_causal_diagonal_extremes():
+    x = torch.randn(2, 5, 7, device=DEVICE)
+    assert torch.equal(causal_softmax(x[:, :, :5], diagonal=0), causal_softmax(x[:, :, :5]))
+    torch.testing.assert_close(causal_softmax(x, diagonal=2**40), softmax(x))  # every key visible
+    assert torch.equal(causal_softmax(x, diagonal=-(2**40)), torch.zeros_like(x))  # none
 
 
 def test_causal_flag_and_causal_softmax_agree():
@@ -356,6 +401,12 @@ def test_rejects_non_bool_causal():
         softmax(torch.randn(3, 3, device=DEVICE), causal=1)
 
 
+@pytest.mark.parametrize("diagonal", [1.0, True, torch.tensor(1), "1"], ids=repr)
+def test_causal_rejects_non_int_diagonal(diagonal):
+    with pytest.raises(TypeError, match=r"causal_softmax: diagonal must be an int or None, got "):
+        causal_softmax(torch.randn(3, 3, device=DEVICE), diagonal=diagonal)
+
+
 def test_causal_rejects_vectors():
     with pytest.raises(ValueError, match=r"causal_softmax: x must have at least 2 dimension.*got shape \(5,\)"):
         causal_softmax(torch.randn(5, device=DEVICE))
@@ -390,6 +441,12 @@ def test_compiles_whole(mode, causal, dtype):
     assert_compiles_whole(causal_softmax if causal else softmax, x, mode=mode, op="softmax")
 
 
+@pytest.mark.parametrize("mode", COMPILE_MODES)
+def test_compiles_whole_with_diagonal(mode):
+    x = torch.randn(2, 3, 7, 19, device=DEVICE, requires_grad=True)
+    assert_compiles_whole(lambda x: causal_softmax(x, diagonal=12), x, mode=mode, op="softmax")
+
+
 def test_compiled_refuses_bad_input():
     x = torch.randn(3, 4, 5, device=DEVICE)
     assert_compiled_refuses(causal_softmax, x, error=ValueError, match="square matrices")
@@ -398,6 +455,13 @@ def test_compiled_refuses_bad_input():
 @pytest.mark.parametrize("causal", [False, True], ids=["plain", "causal"])
 def test_operators_pass_opcheck(causal):
     x = torch.randn(3, 9, 9, device=DEVICE, requires_grad=True)
-    torch.library.opcheck(torch.ops.course_lib.softmax.default, (x, causal))
+    torch.library.opcheck(torch.ops.course_lib.softmax.default, (x, causal, 0))
     y = softmax(x.detach(), causal)
-    torch.library.opcheck(torch.ops.course_lib.softmax_backward.default, (y, torch.randn_like(y), causal))
+    torch.library.opcheck(torch.ops.course_lib.softmax_backward.default, (y, torch.randn_like(y), causal, 0))
+
+
+def test_operators_pass_opcheck_with_diagonal():
+    x = torch.randn(3, 5, 9, device=DEVICE, requires_grad=True)
+    torch.library.opcheck(torch.ops.course_lib.softmax.default, (x, True, 4))
+    y = causal_softmax(x.detach(), diagonal=4)
+    torch.library.opcheck(torch.ops.course_lib.softmax_backward.default, (y, torch.randn_like(y), True, 4))
