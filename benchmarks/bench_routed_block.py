@@ -9,7 +9,9 @@ inside torch.compile(mode="reduce-overhead"), which replays the step as CUDA gra
 compiled both ways (torch.compile, torch.compile.cudagraphs); and colt5-attention 0.11.2's
 routed attention and feed-forward with its Triton router (colt5_attention). A step sets
 the weights' gradients to None first, as ``optimizer.zero_grad()`` does. Every block
-routes num_heavy_tokens = seq / 8 tokens (512 at 4096), 8 heads of 64, a light window of 128. Each row's ``peak_bytes`` is the most memory
+routes num_heavy_tokens = seq / 8 tokens (512 at 4096), 8 heads of 64, a light window of
+128. The implementations of a shape are timed together in alternating rounds, as the
+kernels' step rows are (benchmarking.alternating_step_timings). Each row's ``peak_bytes`` is the most memory
 allocated during a step beyond what was allocated before it (weights, their gradients
 from the warm-up step, and the input). ``bytes`` counts the input read and the output
 written only, so the fraction of C says little here: compare the times.
@@ -17,7 +19,7 @@ written only, so the fraction of C says little here: compare the times.
 
 import torch
 
-from course_lib.benchmarking import Timings, fresh_compile, gpu_only_ms, median_ms, row, training_step
+from course_lib.benchmarking import alternating_step_timings, row, training_step
 from course_lib.recall_task import routed_block
 
 SHAPES = [(8, 4096, 1024), (8, 2048, 512)]
@@ -41,12 +43,14 @@ def num_heavy_tokens(seq_len):
 
 
 def make_block(impl, dim, seq_len, device="cuda", dtype=DTYPE, window=WINDOW):
-    """The block behind ``impl`` (a key of IMPLS), and the function a step calls."""
+    """The block behind ``impl`` (a key of IMPLS), and the function a step calls. Compiled
+    without clearing dynamo's caches: the benchmark keeps every block of a shape compiled
+    at once, to time them together."""
     block_impl, mode = IMPLS[impl]
     torch.manual_seed(0)
     block = routed_block(block_impl, dim, num_heavy_tokens=num_heavy_tokens(seq_len), seq_len=seq_len,
                          light_window_size=window, heads=HEADS, dim_head=DIM_HEAD).to(device=device, dtype=dtype)
-    return block, fresh_compile(block, mode) if mode else block
+    return block, torch.compile(block, dynamic=False, mode=mode) if mode else block
 
 
 def peak_step_bytes(step):
@@ -61,19 +65,25 @@ def peak_step_bytes(step):
 
 
 def run(copy_gbps, shapes=SHAPES):
+    """Every implementation of a shape is built, compiled and run (its peak memory
+    measured) before any is timed; then all are timed together, in alternating rounds
+    (alternating_step_timings), as the kernels' step rows are."""
     rows = []
     for shape in shapes:
         batch, seq_len, dim = shape
+        torch._dynamo.reset()  # one reset a shape: the blocks compiled below must all stay compiled
         x = torch.randn(shape, device="cuda", dtype=DTYPE, requires_grad=True)
         n_bytes = 2 * x.numel() * x.element_size()
+        blocks, steps, peaks = [], {}, {}
         for impl in IMPLS:
             block, fn = make_block(impl, dim, seq_len)
-            step = training_step(fn, x, parameters=block.parameters())
-            peak = peak_step_bytes(step)
-            timings = Timings(median_ms(step), gpu_only_ms(step))
-            result = row("routed_block", "step", impl, DTYPE, shape, timings, n_bytes, copy_gbps)
-            result["peak_bytes"] = peak
-            rows.append(result)
-            del block, fn
-            torch.cuda.empty_cache()
+            blocks.append(block)
+            steps[impl] = training_step(fn, x, parameters=block.parameters())
+            peaks[impl] = peak_step_bytes(steps[impl])
+        timings = alternating_step_timings(steps)
+        for impl in IMPLS:
+            rows.append(row("routed_block", "step", impl, DTYPE, shape, timings[impl], n_bytes, copy_gbps))
+            rows[-1]["peak_bytes"] = peaks[impl]
+        del blocks, steps
+        torch.cuda.empty_cache()
     return rows

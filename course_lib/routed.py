@@ -340,8 +340,10 @@ class LocalCausalAttention(nn.Module):
         n = x.shape[1]
         padding = -n % self.window_size  # padded keys come after every real token: causality hides them
         q, k, v = (split_heads(t, self.heads) for t in self.to_qkv(self.norm(x)).chunk(3, dim=-1))
-        q, k, v = (F.pad(t, (0, 0, 0, padding)) for t in (q, k, v))
-        key_mask = None if mask is None else F.pad(mask, (0, padding), value=False)
+        key_mask = mask
+        if padding:  # F.pad copies even when it adds nothing
+            q, k, v = (F.pad(t, (0, 0, 0, padding)) for t in (q, k, v))
+            key_mask = None if mask is None else F.pad(mask, (0, padding), value=False)
         out = local_causal_attention(q, k, v, self.window_size, self.ops, key_mask)[:, :, :n]
         return self.to_out(merge_heads(out))
 
