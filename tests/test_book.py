@@ -3,8 +3,8 @@ with the network cut off (only file:// loads), so the math must be typeset by th
 the book carries.
 
 Needs Debian's chromium (``apt-get install chromium``; .ci/run installs it) and a built
-book in _build/html (``make book`` builds it, then runs this file); skips, saying which
-is missing, otherwise. Playwright drives the system's chromium and downloads nothing.
+book in _build/html (``make book`` builds it, then runs this file), and playwright; skips,
+saying which is missing, otherwise. Playwright drives the system's chromium and downloads nothing.
 A screenshot of chapter 3 is kept in _build/screenshots/.
 """
 
@@ -15,8 +15,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
-from playwright.sync_api import sync_playwright
+
+# The GPU run's hosts (scripts/gpu_run.sh) have no browser and no playwright: skip there too.
+playwright_api = pytest.importorskip("playwright.sync_api", reason="the browser test of the book needs playwright "
+                                                                  "(requirements.txt pins it)")
+PlaywrightTimeoutError, sync_playwright = playwright_api.TimeoutError, playwright_api.sync_playwright
 
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
