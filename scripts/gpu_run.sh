@@ -46,5 +46,8 @@ run_step() {
 for step in $steps; do run_step "$step"; done
 # What the run produced in one archive, for a host that hands back only a few files:
 # its logs, the results files and the notebooks with their new outputs.
-tar czf "$logs/gpu-run.tgz" --exclude=gpu-run.tgz "$logs" course_lib/results notebooks/*.ipynb
+# Written outside the logs folder, then moved in: tar fails on a folder that changes as it reads it.
+archive=$(mktemp)
+tar czf "$archive" --exclude=gpu-run.tgz "$logs" course_lib/results notebooks/*.ipynb
+mv "$archive" "$logs/gpu-run.tgz"
 echo "wrote $logs/gpu-run.tgz"
