@@ -129,9 +129,10 @@ def softmax_forward_kernel(
 ):
     """One program normalises BLOCK_ROWS whole rows held in registers (n_cols <= BLOCK_COLS).
 
-    Causal queries in the first half of their matrix see only the first half of the
-    keys. A program holding only such rows works on a block half as wide and writes
-    zeros to the rest: a quarter of all the arithmetic is saved, and in 16-bit types
+    Causal queries in the first half of a square matrix see only the first half of the
+    keys (with a diagonal, those whose last key lies in the first half of the block). A
+    program holding only such rows works on a block half as wide and writes zeros to the
+    rest: a quarter of all the arithmetic is saved, and in 16-bit types
     the arithmetic, not the bytes, sets the pace (see LOG2E). In float32, bound by
     bytes, it changes nothing.
     """
