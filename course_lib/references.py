@@ -115,3 +115,14 @@ def routed_causal_attention(q, k, v, routed, real=None):
     scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
     weights = softmax(scores.masked_fill(~visible, float("-inf")))
     return (weights @ v) * routed[:, None, :, None]
+
+
+def local_causal_attention(q, k, v, window):
+    """Local causal attention written densely: query i sees keys j with
+    (i // window - 1) * window <= j <= i, its own window up to itself and the window
+    before. q, k, v: (b, h, n, d). An n × n matrix: for tests, not for long sequences."""
+    position = torch.arange(q.shape[-2], device=q.device)
+    first_key = (position // window - 1) * window
+    visible = (position[None, :] <= position[:, None]) & (position[None, :] >= first_key[:, None])
+    scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    return softmax(scores.masked_fill(~visible, float("-inf"))) @ v

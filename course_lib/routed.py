@@ -39,21 +39,26 @@ from torch import nn
 from . import references
 from .coor_descent import coor_descent
 from .layernorm import layernorm
+from .local_attention import MAX_HEAD_DIM
+from .local_attention import local_causal_attention as fused_local_causal_attention
 from .softmax import causal_softmax
 from .validation import FLOAT_DTYPES, _names
 from .weighted_sum import weighted_sum
 
 
 class Ops(NamedTuple):
-    """The four kernels a routed block calls."""
+    """The kernels a routed block calls: the four chapters' and, where there is one, a
+    fused local attention (None: the light branch writes its scores and calls
+    causal_softmax on them)."""
 
     layernorm: object
     weighted_sum: object
     coor_descent: object
     causal_softmax: object
+    local_attention: object = None
 
 
-COURSE_OPS = Ops(layernorm, weighted_sum, coor_descent, causal_softmax)
+COURSE_OPS = Ops(layernorm, weighted_sum, coor_descent, causal_softmax, fused_local_causal_attention)
 REFERENCE_OPS = Ops(references.layernorm, references.weighted_sum, references.coor_descent,
                     references.causal_softmax)
 
@@ -338,8 +343,10 @@ class LocalCausalAttention(nn.Module):
         check_tokens(op, x, self.norm.weight.shape[0], _module_dtype(self))
         check_mask(op, mask, x)
         n = x.shape[1]
-        padding = -n % self.window_size  # padded keys come after every real token: causality hides them
         q, k, v = (split_heads(t, self.heads) for t in self.to_qkv(self.norm(x)).chunk(3, dim=-1))
+        if self.ops.local_attention is not None and mask is None and q.shape[-1] <= MAX_HEAD_DIM:
+            return self.to_out(merge_heads(self.ops.local_attention(q, k, v, self.window_size)))
+        padding = -n % self.window_size  # padded keys come after every real token: causality hides them
         key_mask = mask
         if padding:  # F.pad copies even when it adds nothing
             q, k, v = (F.pad(t, (0, 0, 0, padding)) for t in (q, k, v))
