@@ -59,12 +59,12 @@ def _dot(a, b, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr):
 @triton.jit
 def local_attention_forward_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
-    n, heads, scale,
+    n, heads,
     stride_q_b, stride_q_h, stride_q_n, stride_q_d,
     stride_k_b, stride_k_h, stride_k_n, stride_k_d,
     stride_v_b, stride_v_h, stride_v_n, stride_v_d,
     stride_o_b, stride_o_h, stride_o_n,
-    WINDOW: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    WINDOW: tl.constexpr, HEAD_DIM: tl.constexpr, SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
 ):
     """Program (m, bh) computes the outputs of queries m * BLOCK_M ... of head bh."""
@@ -90,7 +90,7 @@ def local_attention_forward_kernel(
                     + dims[None, :] * stride_k_d, mask=kv_mask, other=0.0)
         v = tl.load(v_ptr + b * stride_v_b + h * stride_v_h + keys[:, None].to(tl.int64) * stride_v_n
                     + dims[None, :] * stride_v_d, mask=kv_mask, other=0.0)
-        scores = _dot(q, tl.trans(k), DOT_PRECISION, UPCAST_DOT) * scale
+        scores = _dot(q, tl.trans(k), DOT_PRECISION, UPCAST_DOT) * SCALE
         scores = tl.where(_visible(queries, keys, n, WINDOW), scores, float("-inf"))
         new_max = tl.maximum(running_max, tl.max(scores, axis=1))
         # A row with nothing visible yet (or a query past n) shifts by 0, as chapter 2's kernels do.
@@ -113,13 +113,13 @@ def local_attention_forward_kernel(
 @triton.jit
 def local_attention_backward_kv_kernel(
     q_ptr, k_ptr, v_ptr, grad_o_ptr, lse_ptr, delta_ptr, grad_k_ptr, grad_v_ptr,
-    n, heads, scale,
+    n, heads,
     stride_q_b, stride_q_h, stride_q_n, stride_q_d,
     stride_k_b, stride_k_h, stride_k_n, stride_k_d,
     stride_v_b, stride_v_h, stride_v_n, stride_v_d,
     stride_go_b, stride_go_h, stride_go_n, stride_go_d,
     stride_g_b, stride_g_h, stride_g_n,
-    WINDOW: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    WINDOW: tl.constexpr, HEAD_DIM: tl.constexpr, SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
 ):
     """Program (n, bh): dk and dv of keys n * BLOCK_N ..., from every query that sees
@@ -149,27 +149,27 @@ def local_attention_backward_kv_kernel(
                          + dims[None, :] * stride_go_d, mask=q_mask, other=0.0)
         lse = tl.load(lse_ptr + bh.to(tl.int64) * n + queries, mask=queries < n, other=0.0)
         delta = tl.load(delta_ptr + bh.to(tl.int64) * n + queries, mask=queries < n, other=0.0)
-        scores = _dot(q, tl.trans(k), DOT_PRECISION, UPCAST_DOT) * scale  # (BLOCK_M, BLOCK_N)
+        scores = _dot(q, tl.trans(k), DOT_PRECISION, UPCAST_DOT) * SCALE  # (BLOCK_M, BLOCK_N)
         probs = tl.where(_visible(queries, keys, n, WINDOW), tl.exp2((scores - lse[:, None]) * LOG2E), 0.0)
         grad_v += _dot(tl.trans(probs.to(grad_o.dtype)), grad_o, DOT_PRECISION, UPCAST_DOT)
         grad_probs = _dot(grad_o, tl.trans(v), DOT_PRECISION, UPCAST_DOT)
         grad_scores = probs * (grad_probs - delta[:, None])
         grad_k += _dot(tl.trans(grad_scores.to(q.dtype)), q, DOT_PRECISION, UPCAST_DOT)
     offsets = b * stride_g_b + h * stride_g_h + keys[:, None].to(tl.int64) * stride_g_n + dims[None, :]
-    tl.store(grad_k_ptr + offsets, (grad_k * scale).to(grad_k_ptr.dtype.element_ty), mask=kv_mask)
+    tl.store(grad_k_ptr + offsets, (grad_k * SCALE).to(grad_k_ptr.dtype.element_ty), mask=kv_mask)
     tl.store(grad_v_ptr + offsets, grad_v.to(grad_v_ptr.dtype.element_ty), mask=kv_mask)
 
 
 @triton.jit
 def local_attention_backward_q_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, grad_o_ptr, lse_ptr, delta_ptr, grad_q_ptr,
-    n, heads, scale,
+    n, heads,
     stride_q_b, stride_q_h, stride_q_n, stride_q_d,
     stride_k_b, stride_k_h, stride_k_n, stride_k_d,
     stride_v_b, stride_v_h, stride_v_n, stride_v_d,
     stride_go_b, stride_go_h, stride_go_n, stride_go_d,
     stride_g_b, stride_g_h, stride_g_n,  # of grad_q, and of out: both laid out heads-last
-    WINDOW: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    WINDOW: tl.constexpr, HEAD_DIM: tl.constexpr, SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
 ):
     """Program (m, bh): dq of queries m * BLOCK_M ..., over the keys they see, as the
@@ -202,17 +202,19 @@ def local_attention_backward_q_kernel(
                     + dims[None, :] * stride_k_d, mask=kv_mask, other=0.0)
         v = tl.load(v_ptr + b * stride_v_b + h * stride_v_h + keys[:, None].to(tl.int64) * stride_v_n
                     + dims[None, :] * stride_v_d, mask=kv_mask, other=0.0)
-        scores = _dot(q, tl.trans(k), DOT_PRECISION, UPCAST_DOT) * scale
+        scores = _dot(q, tl.trans(k), DOT_PRECISION, UPCAST_DOT) * SCALE
         probs = tl.where(_visible(queries, keys, n, WINDOW), tl.exp2((scores - lse[:, None]) * LOG2E), 0.0)
         grad_probs = _dot(grad_o, tl.trans(v), DOT_PRECISION, UPCAST_DOT)
         grad_scores = probs * (grad_probs - delta[:, None])
         grad_q += _dot(grad_scores.to(k.dtype), k, DOT_PRECISION, UPCAST_DOT)
     tl.store(grad_q_ptr + b * stride_g_b + h * stride_g_h + queries[:, None].to(tl.int64) * stride_g_n
-             + dims[None, :], (grad_q * scale).to(grad_q_ptr.dtype.element_ty), mask=q_mask)
+             + dims[None, :], (grad_q * SCALE).to(grad_q_ptr.dtype.element_ty), mask=q_mask)
 
 
 # -------------------------------------------------------------------------- launchers
 
+# Queries and keys a tile. 64 x 64 float32 scores in registers at 4 warps, the size of
+# Triton's attention tutorial; not tuned further.
 BLOCK_M, BLOCK_N = 64, 64
 
 
@@ -224,25 +226,31 @@ def _heads_last(like):
 
 
 def _options(q):
+    """The kernels' constexprs and launch options for q's head size and dtype."""
     head_dim = q.shape[-1]
-    return dict(HEAD_DIM=head_dim, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_D=max(16, next_power_of_2(head_dim)),
-                # float32 products in full precision: tf32 would cost it 3 decimal digits.
-                DOT_PRECISION="ieee" if q.dtype == torch.float32 else None,
-                # Triton's interpreter multiplies bfloat16 tiles wrongly (Triton 3.6: errors of
-                # 1e10 on unit values), so there the products take float32 copies.
-                UPCAST_DOT=not ON_GPU and q.dtype == torch.bfloat16, num_warps=4, num_stages=2)
+    return dict(
+        HEAD_DIM=head_dim, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_D=max(16, next_power_of_2(head_dim)),
+        # A constexpr: inductor passes a float argument as float64, and the scores would follow.
+        SCALE=head_dim**-0.5,
+        # float32 products in full precision: tf32 would cost them 3 decimal digits.
+        DOT_PRECISION="ieee" if q.dtype == torch.float32 else None,
+        # Triton's interpreter multiplies bfloat16 tiles wrongly (Triton 3.6: errors of 1e10
+        # on values near 1), so there the products take float32 copies.
+        UPCAST_DOT=not ON_GPU and q.dtype == torch.bfloat16,
+        num_warps=4, num_stages=2,
+    )
 
 
 def local_attention_forward(q, k, v, window):
     """Launch the forward; return (out, lse): out (b, h, n, d) laid out heads-last, and
     the float32 log-sum-exp of every query's scores, (b * h, n)."""
-    b, h, n, d = q.shape
+    b, h, n, _ = q.shape
     out = _heads_last(q)
     lse = torch.empty((b * h, n), device=q.device, dtype=torch.float32)
     if out.numel():
         with on_device_of(q):
             launch(local_attention_forward_kernel, (cdiv(n, BLOCK_M), b * h),
-                q, k, v, out, lse, n, h, d**-0.5, *q.stride(), *k.stride(), *v.stride(), *out.stride()[:3],
+                q, k, v, out, lse, n, h, *q.stride(), *k.stride(), *v.stride(), *out.stride()[:3],
                 WINDOW=window, **_options(q),
             )
     return out, lse
@@ -250,14 +258,14 @@ def local_attention_forward(q, k, v, window):
 
 def local_attention_backward(grad_out, q, k, v, out, lse, window):
     """Launch the backward; return (grad_q, grad_k, grad_v), each laid out heads-last."""
-    b, h, n, d = q.shape
+    b, h, n, _ = q.shape
     grad_q, grad_k, grad_v = _heads_last(q), _heads_last(k), _heads_last(v)
     if not grad_q.numel():
         return grad_q, grad_k, grad_v
     delta = torch.empty_like(lse)  # written by the queries' kernel, read by the keys'
     if out.stride() != grad_q.stride():  # the queries' kernel reads out with grad_q's strides
         out = _heads_last(out).copy_(out)
-    arguments = (n, h, d**-0.5, *q.stride(), *k.stride(), *v.stride(), *grad_out.stride())
+    arguments = (n, h, *q.stride(), *k.stride(), *v.stride(), *grad_out.stride())
     with on_device_of(q):
         launch(local_attention_backward_q_kernel, (cdiv(n, BLOCK_M), b * h),
             q, k, v, out, grad_out, lse, delta, grad_q, *arguments, *grad_q.stride()[:3],
