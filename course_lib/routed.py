@@ -8,8 +8,10 @@ the router learns which tokens deserve the heavy branch. The pieces are the chap
 - ``layernorm`` (chapter 3) normalises each branch's input;
 - ``weighted_sum`` (chapter 1) scores each token against a learned routing vector;
 - ``coor_descent`` (chapter 4) turns the scores into a smooth top-k, padding masked;
-- ``causal_softmax`` (chapter 2) is the attention of the light branch (local windows)
-  and of the heavy branch (the routed tokens, kept in sequence order).
+- ``causal_softmax`` (chapter 2) is the attention of the heavy branch (the routed
+  tokens, kept in sequence order), and of the light branch (local windows) where a
+  padding mask is given; without one the light branch is ``local_attention``'s fused
+  kernel, which never writes its scores.
 
 Matrix products are PyTorch's. Every module takes ``ops``, the four kernels it calls:
 ``COURSE_OPS`` (the Triton kernels) by default, or ``REFERENCE_OPS`` (the pure-PyTorch
