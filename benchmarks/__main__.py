@@ -16,13 +16,15 @@ from pathlib import Path
 from course_lib.benchmarking import (RESULTS_DIR, add_copy_ceilings, copy_bandwidth_gbps, gpu_slug, require_gpu,
                                     write_document, write_results)
 
-from . import bench_coor_descent, bench_layernorm, bench_routed_block, bench_softmax, bench_weighted_sum
+from . import (bench_coor_descent, bench_layernorm, bench_local_attention, bench_routed_block, bench_softmax,
+               bench_weighted_sum)
 
 MODULES = {
     "weighted_sum": bench_weighted_sum,
     "softmax": bench_softmax,
     "layernorm": bench_layernorm,
     "coor_descent": bench_coor_descent,
+    "local_attention": bench_local_attention,
     "routed_block": bench_routed_block,
 }
 

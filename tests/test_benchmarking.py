@@ -5,7 +5,7 @@ import pytest
 import torch
 from conftest import gpu_only
 
-from benchmarks import bench_routed_block
+from benchmarks import bench_local_attention, bench_routed_block
 from course_lib import benchmarking
 from course_lib.runtime import DEVICE
 
@@ -96,7 +96,8 @@ def test_stored_results_have_the_documented_shape():
         ceilings = {}
         for r in document["rows"]:
             if "bytes" in r:
-                ceilings.setdefault((r["kernel"], r["bytes"], r.get("copy_gbps")), set()).add(r["copy_same_bytes_frac"])
+                run_key = (r["kernel"], r["bytes"], r.get("copy_gbps"))
+                ceilings.setdefault(run_key, set()).add(r["copy_same_bytes_frac"])
         assert all(len(values) == 1 for values in ceilings.values()), name
 
 
@@ -155,6 +156,17 @@ def test_routed_block_impls_run_one_block_each():
                 torch.testing.assert_close(p.grad, grad)
     torch.testing.assert_close(outputs["course_lib"], outputs["torch"], rtol=1e-4, atol=1e-4)
     assert (outputs["colt5_attention"] - outputs["torch"]).abs().max() > 1e-3  # another block, not a copy
+
+
+def test_local_attention_impls_compute_the_same_attention():
+    """The local attention benchmark's two implementations agree at a tiny size (windows
+    of 8, float32), on the routed block benchmark's light-branch shapes."""
+    assert [(n, heads, head_dim) for _, heads, n, head_dim in bench_local_attention.SHAPES] == [
+        (seq_len, bench_routed_block.HEADS, bench_routed_block.DIM_HEAD) for _, seq_len, _ in bench_routed_block.SHAPES]
+    assert bench_local_attention.WINDOW == bench_routed_block.WINDOW
+    q, k, v = bench_local_attention.projection_chunks(2, 3, 32, 16, torch.float32, device=DEVICE)
+    torch.testing.assert_close(bench_local_attention.course(q, k, v, window=8),
+                               bench_local_attention.written_scores(q, k, v, window=8), rtol=1e-5, atol=1e-5)
 
 
 def test_alternating_step_timings_takes_each_step_in_turn_and_keeps_the_median(monkeypatch):
