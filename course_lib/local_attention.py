@@ -19,6 +19,8 @@ backward kernels (keys' and values' gradients by key tile, queries' by query til
 the launchers, the autograd.Function and custom operators, and the public function.
 """
 
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
@@ -57,6 +59,21 @@ def _dot(a, b, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr):
 
 
 @triton.jit
+def _load_rows(ptr, b, h, rows, dims, stride_b, stride_h, stride_n, stride_d, n, HEAD_DIM: tl.constexpr):
+    """The (rows, dims) tile of head (b, h) of a (batch, heads, n, head_dim) tensor, 0
+    past n and past HEAD_DIM (so padded rows and dims add nothing to a product)."""
+    offsets = b * stride_b + h * stride_h + rows[:, None].to(tl.int64) * stride_n + dims[None, :] * stride_d
+    return tl.load(ptr + offsets, mask=(rows < n)[:, None] & (dims < HEAD_DIM)[None, :], other=0.0)
+
+
+@triton.jit
+def _store_rows(ptr, value, b, h, rows, dims, stride_b, stride_h, stride_n, n, HEAD_DIM: tl.constexpr):
+    """Store a (rows, dims) tile of head (b, h) of a heads-last output (its dims contiguous)."""
+    offsets = b * stride_b + h * stride_h + rows[:, None].to(tl.int64) * stride_n + dims[None, :]
+    tl.store(ptr + offsets, value.to(ptr.dtype.element_ty), mask=(rows < n)[:, None] & (dims < HEAD_DIM)[None, :])
+
+
+@triton.jit
 def local_attention_forward_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
     n, heads,
@@ -74,9 +91,7 @@ def local_attention_forward_kernel(
     h = (bh % heads).to(tl.int64)
     queries = start_m + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, BLOCK_D)
-    dim_mask = dims < HEAD_DIM
-    q = tl.load(q_ptr + b * stride_q_b + h * stride_q_h + queries[:, None].to(tl.int64) * stride_q_n
-                + dims[None, :] * stride_q_d, mask=(queries < n)[:, None] & dim_mask[None, :], other=0.0)
+    q = _load_rows(q_ptr, b, h, queries, dims, stride_q_b, stride_q_h, stride_q_n, stride_q_d, n, HEAD_DIM)
 
     running_max = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     running_sum = tl.zeros((BLOCK_M,), tl.float32)
@@ -85,11 +100,8 @@ def local_attention_forward_kernel(
     key_end = tl.minimum(n, start_m + BLOCK_M)
     for start_n in range(key_start, key_end, BLOCK_N):
         keys = start_n + tl.arange(0, BLOCK_N)
-        kv_mask = (keys < n)[:, None] & dim_mask[None, :]
-        k = tl.load(k_ptr + b * stride_k_b + h * stride_k_h + keys[:, None].to(tl.int64) * stride_k_n
-                    + dims[None, :] * stride_k_d, mask=kv_mask, other=0.0)
-        v = tl.load(v_ptr + b * stride_v_b + h * stride_v_h + keys[:, None].to(tl.int64) * stride_v_n
-                    + dims[None, :] * stride_v_d, mask=kv_mask, other=0.0)
+        k = _load_rows(k_ptr, b, h, keys, dims, stride_k_b, stride_k_h, stride_k_n, stride_k_d, n, HEAD_DIM)
+        v = _load_rows(v_ptr, b, h, keys, dims, stride_v_b, stride_v_h, stride_v_n, stride_v_d, n, HEAD_DIM)
         scores = _dot(q, tl.trans(k), DOT_PRECISION, UPCAST_DOT) * SCALE
         scores = tl.where(_visible(queries, keys, n, WINDOW), scores, float("-inf"))
         new_max = tl.maximum(running_max, tl.max(scores, axis=1))
@@ -103,11 +115,8 @@ def local_attention_forward_kernel(
 
     # Every query sees at least itself, so a real row's sum is at least 1.
     total = tl.where(running_sum == 0.0, 1.0, running_sum)
-    out = acc / total[:, None]
-    row_mask = queries < n
-    tl.store(o_ptr + b * stride_o_b + h * stride_o_h + queries[:, None].to(tl.int64) * stride_o_n + dims[None, :],
-             out.to(o_ptr.dtype.element_ty), mask=row_mask[:, None] & dim_mask[None, :])
-    tl.store(lse_ptr + bh.to(tl.int64) * n + queries, running_max + tl.log(total), mask=row_mask)
+    _store_rows(o_ptr, acc / total[:, None], b, h, queries, dims, stride_o_b, stride_o_h, stride_o_n, n, HEAD_DIM)
+    tl.store(lse_ptr + bh.to(tl.int64) * n + queries, running_max + tl.log(total), mask=queries < n)
 
 
 @triton.jit
@@ -130,23 +139,17 @@ def local_attention_backward_kv_kernel(
     h = (bh % heads).to(tl.int64)
     keys = start_n + tl.arange(0, BLOCK_N)
     dims = tl.arange(0, BLOCK_D)
-    dim_mask = dims < HEAD_DIM
-    kv_mask = (keys < n)[:, None] & dim_mask[None, :]
-    k = tl.load(k_ptr + b * stride_k_b + h * stride_k_h + keys[:, None].to(tl.int64) * stride_k_n
-                + dims[None, :] * stride_k_d, mask=kv_mask, other=0.0)
-    v = tl.load(v_ptr + b * stride_v_b + h * stride_v_h + keys[:, None].to(tl.int64) * stride_v_n
-                + dims[None, :] * stride_v_d, mask=kv_mask, other=0.0)
+    k = _load_rows(k_ptr, b, h, keys, dims, stride_k_b, stride_k_h, stride_k_n, stride_k_d, n, HEAD_DIM)
+    v = _load_rows(v_ptr, b, h, keys, dims, stride_v_b, stride_v_h, stride_v_n, stride_v_d, n, HEAD_DIM)
     grad_k = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
     grad_v = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
     last_key = tl.minimum(start_n + BLOCK_N, n) - 1
     query_end = tl.minimum(n, (last_key // WINDOW + 2) * WINDOW)
     for start_m in range(start_n, query_end, BLOCK_M):
         queries = start_m + tl.arange(0, BLOCK_M)
-        q_mask = (queries < n)[:, None] & dim_mask[None, :]
-        q = tl.load(q_ptr + b * stride_q_b + h * stride_q_h + queries[:, None].to(tl.int64) * stride_q_n
-                    + dims[None, :] * stride_q_d, mask=q_mask, other=0.0)
-        grad_o = tl.load(grad_o_ptr + b * stride_go_b + h * stride_go_h + queries[:, None].to(tl.int64) * stride_go_n
-                         + dims[None, :] * stride_go_d, mask=q_mask, other=0.0)
+        q = _load_rows(q_ptr, b, h, queries, dims, stride_q_b, stride_q_h, stride_q_n, stride_q_d, n, HEAD_DIM)
+        grad_o = _load_rows(grad_o_ptr, b, h, queries, dims, stride_go_b, stride_go_h, stride_go_n, stride_go_d,
+                            n, HEAD_DIM)
         lse = tl.load(lse_ptr + bh.to(tl.int64) * n + queries, mask=queries < n, other=0.0)
         delta = tl.load(delta_ptr + bh.to(tl.int64) * n + queries, mask=queries < n, other=0.0)
         scores = _dot(q, tl.trans(k), DOT_PRECISION, UPCAST_DOT) * SCALE  # (BLOCK_M, BLOCK_N)
@@ -155,9 +158,8 @@ def local_attention_backward_kv_kernel(
         grad_probs = _dot(grad_o, tl.trans(v), DOT_PRECISION, UPCAST_DOT)
         grad_scores = probs * (grad_probs - delta[:, None])
         grad_k += _dot(tl.trans(grad_scores.to(q.dtype)), q, DOT_PRECISION, UPCAST_DOT)
-    offsets = b * stride_g_b + h * stride_g_h + keys[:, None].to(tl.int64) * stride_g_n + dims[None, :]
-    tl.store(grad_k_ptr + offsets, (grad_k * SCALE).to(grad_k_ptr.dtype.element_ty), mask=kv_mask)
-    tl.store(grad_v_ptr + offsets, grad_v.to(grad_v_ptr.dtype.element_ty), mask=kv_mask)
+    _store_rows(grad_k_ptr, grad_k * SCALE, b, h, keys, dims, stride_g_b, stride_g_h, stride_g_n, n, HEAD_DIM)
+    _store_rows(grad_v_ptr, grad_v, b, h, keys, dims, stride_g_b, stride_g_h, stride_g_n, n, HEAD_DIM)
 
 
 @triton.jit
@@ -181,14 +183,10 @@ def local_attention_backward_q_kernel(
     h = (bh % heads).to(tl.int64)
     queries = start_m + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, BLOCK_D)
-    dim_mask = dims < HEAD_DIM
-    q_mask = (queries < n)[:, None] & dim_mask[None, :]
-    q = tl.load(q_ptr + b * stride_q_b + h * stride_q_h + queries[:, None].to(tl.int64) * stride_q_n
-                + dims[None, :] * stride_q_d, mask=q_mask, other=0.0)
-    grad_o = tl.load(grad_o_ptr + b * stride_go_b + h * stride_go_h + queries[:, None].to(tl.int64) * stride_go_n
-                     + dims[None, :] * stride_go_d, mask=q_mask, other=0.0)
-    out = tl.load(o_ptr + b * stride_g_b + h * stride_g_h + queries[:, None].to(tl.int64) * stride_g_n
-                  + dims[None, :], mask=q_mask, other=0.0)
+    q = _load_rows(q_ptr, b, h, queries, dims, stride_q_b, stride_q_h, stride_q_n, stride_q_d, n, HEAD_DIM)
+    grad_o = _load_rows(grad_o_ptr, b, h, queries, dims, stride_go_b, stride_go_h, stride_go_n, stride_go_d,
+                        n, HEAD_DIM)
+    out = _load_rows(o_ptr, b, h, queries, dims, stride_g_b, stride_g_h, stride_g_n, 1, n, HEAD_DIM)
     delta = tl.sum(out.to(tl.float32) * grad_o.to(tl.float32), axis=1)
     tl.store(delta_ptr + bh.to(tl.int64) * n + queries, delta, mask=queries < n)
     lse = tl.load(lse_ptr + bh.to(tl.int64) * n + queries, mask=queries < n, other=0.0)
@@ -197,25 +195,37 @@ def local_attention_backward_q_kernel(
     key_end = tl.minimum(n, start_m + BLOCK_M)
     for start_n in range(key_start, key_end, BLOCK_N):
         keys = start_n + tl.arange(0, BLOCK_N)
-        kv_mask = (keys < n)[:, None] & dim_mask[None, :]
-        k = tl.load(k_ptr + b * stride_k_b + h * stride_k_h + keys[:, None].to(tl.int64) * stride_k_n
-                    + dims[None, :] * stride_k_d, mask=kv_mask, other=0.0)
-        v = tl.load(v_ptr + b * stride_v_b + h * stride_v_h + keys[:, None].to(tl.int64) * stride_v_n
-                    + dims[None, :] * stride_v_d, mask=kv_mask, other=0.0)
+        k = _load_rows(k_ptr, b, h, keys, dims, stride_k_b, stride_k_h, stride_k_n, stride_k_d, n, HEAD_DIM)
+        v = _load_rows(v_ptr, b, h, keys, dims, stride_v_b, stride_v_h, stride_v_n, stride_v_d, n, HEAD_DIM)
         scores = _dot(q, tl.trans(k), DOT_PRECISION, UPCAST_DOT) * SCALE
         probs = tl.where(_visible(queries, keys, n, WINDOW), tl.exp2((scores - lse[:, None]) * LOG2E), 0.0)
         grad_probs = _dot(grad_o, tl.trans(v), DOT_PRECISION, UPCAST_DOT)
         grad_scores = probs * (grad_probs - delta[:, None])
         grad_q += _dot(grad_scores.to(k.dtype), k, DOT_PRECISION, UPCAST_DOT)
-    tl.store(grad_q_ptr + b * stride_g_b + h * stride_g_h + queries[:, None].to(tl.int64) * stride_g_n
-             + dims[None, :], (grad_q * SCALE).to(grad_q_ptr.dtype.element_ty), mask=q_mask)
+    _store_rows(grad_q_ptr, grad_q * SCALE, b, h, queries, dims, stride_g_b, stride_g_h, stride_g_n, n, HEAD_DIM)
 
 
 # -------------------------------------------------------------------------- launchers
 
-# Queries and keys a tile. 64 x 64 float32 scores in registers at 4 warps, the size of
-# Triton's attention tutorial; not tuned further.
-BLOCK_M, BLOCK_N = 64, 64
+
+class Tiles(NamedTuple):
+    """A kernel's launch plan: queries and keys a tile, warps, software-pipeline stages."""
+
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+
+# Each kernel's tiles for heads up to 64 and up to 128 (MAX_HEAD_DIM), from
+# benchmarks/tune_local_attention.py on an H200 (the block's shapes, windows of 128).
+FORWARD_TILES = {64: Tiles(64, 64, 4, 2), 128: Tiles(64, 64, 4, 2)}
+BACKWARD_Q_TILES = {64: Tiles(64, 64, 4, 2), 128: Tiles(64, 64, 4, 2)}
+BACKWARD_KV_TILES = {64: Tiles(64, 64, 4, 2), 128: Tiles(64, 64, 4, 2)}
+
+
+def tiles_for(table, head_dim):
+    return table[64 if head_dim <= 64 else 128]
 
 
 def _heads_last(like):
@@ -225,11 +235,11 @@ def _heads_last(like):
     return torch.empty((b, n, h, d), device=like.device, dtype=like.dtype).transpose(1, 2)
 
 
-def _options(q):
-    """The kernels' constexprs and launch options for q's head size and dtype."""
+def _options(q, tiles):
+    """A kernel's constexprs and launch options for q's head size and dtype and its tiles."""
     head_dim = q.shape[-1]
     return dict(
-        HEAD_DIM=head_dim, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_D=max(16, next_power_of_2(head_dim)),
+        HEAD_DIM=head_dim, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_D=max(16, next_power_of_2(head_dim)),
         # A constexpr: inductor passes a float argument as float64, and the scores would follow.
         SCALE=head_dim**-0.5,
         # float32 products in full precision: tf32 would cost them 3 decimal digits.
@@ -237,28 +247,31 @@ def _options(q):
         # Triton's interpreter multiplies bfloat16 tiles wrongly (Triton 3.6: errors of 1e10
         # on values near 1), so there the products take float32 copies.
         UPCAST_DOT=not ON_GPU and q.dtype == torch.bfloat16,
-        num_warps=4, num_stages=2,
+        num_warps=tiles.num_warps, num_stages=tiles.num_stages,
     )
 
 
-def local_attention_forward(q, k, v, window):
+def local_attention_forward(q, k, v, window, tiles=None):
     """Launch the forward; return (out, lse): out (b, h, n, d) laid out heads-last, and
     the float32 log-sum-exp of every query's scores, (b * h, n)."""
-    b, h, n, _ = q.shape
+    b, h, n, d = q.shape
+    tiles = tiles or tiles_for(FORWARD_TILES, d)
     out = _heads_last(q)
     lse = torch.empty((b * h, n), device=q.device, dtype=torch.float32)
     if out.numel():
         with on_device_of(q):
-            launch(local_attention_forward_kernel, (cdiv(n, BLOCK_M), b * h),
+            launch(local_attention_forward_kernel, (cdiv(n, tiles.block_m), b * h),
                 q, k, v, out, lse, n, h, *q.stride(), *k.stride(), *v.stride(), *out.stride()[:3],
-                WINDOW=window, **_options(q),
+                WINDOW=window, **_options(q, tiles),
             )
     return out, lse
 
 
-def local_attention_backward(grad_out, q, k, v, out, lse, window):
+def local_attention_backward(grad_out, q, k, v, out, lse, window, q_tiles=None, kv_tiles=None):
     """Launch the backward; return (grad_q, grad_k, grad_v), each laid out heads-last."""
-    b, h, n, _ = q.shape
+    b, h, n, d = q.shape
+    q_tiles = q_tiles or tiles_for(BACKWARD_Q_TILES, d)
+    kv_tiles = kv_tiles or tiles_for(BACKWARD_KV_TILES, d)
     grad_q, grad_k, grad_v = _heads_last(q), _heads_last(k), _heads_last(v)
     if not grad_q.numel():
         return grad_q, grad_k, grad_v
@@ -267,13 +280,13 @@ def local_attention_backward(grad_out, q, k, v, out, lse, window):
         out = _heads_last(out).copy_(out)
     arguments = (n, h, *q.stride(), *k.stride(), *v.stride(), *grad_out.stride())
     with on_device_of(q):
-        launch(local_attention_backward_q_kernel, (cdiv(n, BLOCK_M), b * h),
+        launch(local_attention_backward_q_kernel, (cdiv(n, q_tiles.block_m), b * h),
             q, k, v, out, grad_out, lse, delta, grad_q, *arguments, *grad_q.stride()[:3],
-            WINDOW=window, **_options(q),
+            WINDOW=window, **_options(q, q_tiles),
         )
-        launch(local_attention_backward_kv_kernel, (cdiv(n, BLOCK_N), b * h),
+        launch(local_attention_backward_kv_kernel, (cdiv(n, kv_tiles.block_n), b * h),
             q, k, v, grad_out, lse, delta, grad_k, grad_v, *arguments, *grad_k.stride()[:3],
-            WINDOW=window, **_options(q),
+            WINDOW=window, **_options(q, kv_tiles),
         )
     return grad_q, grad_k, grad_v
 

@@ -3,7 +3,8 @@ import torch
 
 from conftest import COMPILE_MODES, DTYPES, assert_compiled_refuses, assert_compiles_whole, assert_matches
 from course_lib import references
-from course_lib.local_attention import MAX_HEAD_DIM, local_causal_attention
+from course_lib import local_attention as la
+from course_lib.local_attention import MAX_HEAD_DIM, Tiles, local_causal_attention
 from course_lib.runtime import DEVICE, pick
 
 # (batch, heads, n, head_dim, window): one token; n not a multiple of the window; a
@@ -85,6 +86,23 @@ def test_a_key_outside_the_windows_changes_nothing():
         v_dirty[..., hidden, :] = 1e30
     dirty = local_causal_attention(q, k_dirty, v_dirty, 8)
     assert torch.equal(dirty[..., 20, :], clean[..., 20, :])
+
+
+@pytest.mark.parametrize("tiles", [Tiles(32, 128, 8, 3), Tiles(128, 32, 4, 1), Tiles(16, 16, 4, 2)], ids=str)
+def test_any_tiles_give_the_same_values(tiles):
+    # Tiles larger and smaller than the window, and tiles of queries and keys that differ:
+    # the key range of a query tile (and the query range of a key tile) must not assume
+    # the tuned ones. Compared with the float64 reference, as the default tiles are.
+    q, k, v = (t.detach() for t in qkv(1, 2, 150, 16, torch.float32))
+    out, lse = la.local_attention_forward(q, k, v, 40, tiles=tiles)
+    grad_out = torch.randn_like(out)
+    grads = la.local_attention_backward(grad_out, q, k, v, out, lse, 40, q_tiles=tiles, kv_tiles=tiles)
+    q64, k64, v64 = (t.double().requires_grad_() for t in (q, k, v))
+    expected = references.local_causal_attention(q64, k64, v64, 40)
+    expected_grads = torch.autograd.grad(expected, (q64, k64, v64), grad_out.double())
+    assert_matches(out, expected.detach(), torch.float32, what="out")
+    for name, got, want in zip("qkv", grads, expected_grads):
+        assert_matches(got, want, torch.float32, length=80, what=f"grad_{name}")
 
 
 def test_empty_sequence():
