@@ -99,6 +99,14 @@ TARGETS = [
     Target("coor_descent", "step", "every shape", _everywhere, EAGER, 10.0),
     Target("coor_descent", "step", "every shape", _everywhere, COMPILE, 1.5),
     Target("coor_descent", "step", "every shape", _everywhere, GRAPHS, 3.0),
+    # Chapter 6's fused local attention, against the same attention with its scores
+    # written (the references, eager and compiled): set when the kernel was added, at
+    # about two thirds of what it first measured on an H200.
+    Target("local_attention", "fwd", "every shape", _everywhere, COMPILE, 2.0),
+    Target("local_attention", "bwd", "every shape", _everywhere, COMPILE, 1.5),
+    Target("local_attention", "step", "every shape", _everywhere, EAGER, 2.0),
+    Target("local_attention", "step", "every shape", _everywhere, COMPILE, 1.5),
+    Target("local_attention", "step", "every shape", _everywhere, GRAPHS, 1.0),
     # Chapter 6's routed block: its step against the package it comes from and the
     # reference compiled, in time and in peak memory.
     Target("routed_block", "step", "every shape", _everywhere, PEER, 1.5),
