@@ -5,7 +5,11 @@ its torch.compile): forward, backward and the training step, bfloat16, windows o
     python -m benchmarks --only local_attention
 
 Shapes are the routed block benchmark's light branch: q, k, v of (batch, heads, n,
-head_dim) = (8, 8, n, 64), the chunks of one projection, as the block passes them.
+head_dim) = (8, 8, n, 64). As in the block, they are the chunks of one projection
+(batch, n, 3 * heads * head_dim), which is the tensor whose gradient a step computes: the
+backward ends in the chunks' backward, which writes the three gradients into one. (With
+q, k and v the leaves instead, autograd would copy every gradient that is not laid out
+as its tensor is, a copy the block never makes.)
 Bytes counted, with t = batch * heads * n * head_dim elements of e_s bytes a tensor: the
 forward reads q, k, v and writes out, 4·t·e_s; the backward reads q, k, v, out and
 grad_out and writes the three gradients, 8·t·e_s; the step both, 12·t·e_s. The scores
@@ -21,36 +25,40 @@ from course_lib.local_attention import local_causal_attention
 SHAPES = [(8, 8, 4096, 64), (8, 8, 2048, 64)]
 DTYPES = [torch.bfloat16]
 WINDOW = 128
+HEAD_DIM = 64  # every shape's
 
 
-def course(q, k, v, window=WINDOW):
-    return local_causal_attention(q, k, v, window)
+def split_qkv(projection, head_dim=HEAD_DIM):
+    """q, k and v, (batch, heads, n, head_dim), as views of one (batch, n, 3 * heads * head_dim) projection."""
+    batch, n, _ = projection.shape
+    return [t.reshape(batch, n, -1, head_dim).transpose(1, 2) for t in projection.chunk(3, dim=-1)]
 
 
-def written_scores(q, k, v, window=WINDOW):
+def course(projection, window=WINDOW, head_dim=HEAD_DIM):
+    return local_causal_attention(*split_qkv(projection, head_dim), window)
+
+
+def written_scores(projection, window=WINDOW, head_dim=HEAD_DIM):
     """The reference: the (window, 2 * window) scores of every window written out, and
     the references' causal softmax on them."""
-    return routed.local_causal_attention(q, k, v, window, routed.REFERENCE_OPS)
+    return routed.local_causal_attention(*split_qkv(projection, head_dim), window, routed.REFERENCE_OPS)
 
 
-def projection_chunks(batch, heads, n, head_dim, dtype, device="cuda"):
-    """q, k and v as (batch, heads, n, head_dim) views of one (batch, n, 3 * heads * head_dim) projection."""
-    projection = torch.randn(batch, n, 3 * heads * head_dim, device=device, dtype=dtype)
-    return [t.reshape(batch, n, heads, head_dim).transpose(1, 2).detach().requires_grad_()
-            for t in projection.chunk(3, dim=-1)]
+def make_projection(batch, heads, n, head_dim, dtype, device="cuda"):
+    return torch.randn(batch, n, 3 * heads * head_dim, device=device, dtype=dtype, requires_grad=True)
 
 
 def run(copy_gbps, shapes=SHAPES, dtypes=DTYPES):
     rows = []
     for dtype in dtypes:
         for shape in shapes:
-            q, k, v = projection_chunks(*shape, dtype)
-            tensor_bytes = q.numel() * q.element_size()
+            projection = make_projection(*shape, dtype)
+            tensor_bytes = projection.numel() * projection.element_size() // 3  # one of q, k, v
             for impl, fn in {"course_lib": course, "torch": written_scores,
                              "torch.compile": fresh_compile(written_scores)}.items():
-                fwd, bwd = forward_backward_ms(fn, q, k, v)
+                fwd, bwd = forward_backward_ms(fn, projection)
                 rows.append(row("local_attention", "fwd", impl, dtype, shape, fwd, 4 * tensor_bytes, copy_gbps))
                 rows.append(row("local_attention", "bwd", impl, dtype, shape, bwd, 8 * tensor_bytes, copy_gbps))
             rows += step_rows("local_attention", dtype, shape, course, written_scores,
-                              (q, k, v), 12 * tensor_bytes, copy_gbps)
+                              (projection,), 12 * tensor_bytes, copy_gbps)
     return rows

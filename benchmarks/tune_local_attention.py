@@ -21,7 +21,7 @@ import triton
 from course_lib import local_attention as la
 from course_lib.benchmarking import copy_bandwidth_gbps, median_ms, require_gpu
 
-from .bench_local_attention import WINDOW, projection_chunks
+from .bench_local_attention import WINDOW, make_projection, split_qkv
 
 TILE_SHAPES = [(32, 64), (64, 32), (64, 64), (128, 32), (32, 128), (128, 64), (64, 128), (128, 128)]
 WARPS = [4, 8]
@@ -35,7 +35,7 @@ def candidates():
 
 def kernels(head_dim):
     """Each kernel's default tiles, bytes moved, and a launch of it with given tiles."""
-    q, k, v = (t.detach() for t in projection_chunks(8, 8, 4096, head_dim, torch.bfloat16))
+    q, k, v = split_qkv(make_projection(8, 8, 4096, head_dim, torch.bfloat16).detach(), head_dim)
     out, lse = la.local_attention_forward(q, k, v, WINDOW)
     grad_out = torch.randn_like(out)
     tensor_bytes = q.numel() * q.element_size()

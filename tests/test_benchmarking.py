@@ -164,9 +164,14 @@ def test_local_attention_impls_compute_the_same_attention():
     assert [(n, heads, head_dim) for _, heads, n, head_dim in bench_local_attention.SHAPES] == [
         (seq_len, bench_routed_block.HEADS, bench_routed_block.DIM_HEAD) for _, seq_len, _ in bench_routed_block.SHAPES]
     assert bench_local_attention.WINDOW == bench_routed_block.WINDOW
-    q, k, v = bench_local_attention.projection_chunks(2, 3, 32, 16, torch.float32, device=DEVICE)
-    torch.testing.assert_close(bench_local_attention.course(q, k, v, window=8),
-                               bench_local_attention.written_scores(q, k, v, window=8), rtol=1e-5, atol=1e-5)
+    assert all(head_dim == bench_local_attention.HEAD_DIM for *_, head_dim in bench_local_attention.SHAPES)
+    projection = bench_local_attention.make_projection(2, 3, 32, 16, torch.float32, device=DEVICE)
+    outputs = [fn(projection, window=8, head_dim=16)
+               for fn in (bench_local_attention.course, bench_local_attention.written_scores)]
+    assert outputs[0].shape == (2, 3, 32, 16)
+    torch.testing.assert_close(*outputs, rtol=1e-5, atol=1e-5)
+    grads = [torch.autograd.grad(out, projection, torch.ones_like(out))[0] for out in outputs]
+    torch.testing.assert_close(*grads, rtol=1e-5, atol=1e-5)  # the gradient a step computes
 
 
 def test_alternating_step_timings_takes_each_step_in_turn_and_keeps_the_median(monkeypatch):
