@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .runtime import cdiv, kernel_operator, launch, multiprocessor_count, next_power_of_2, num_warps_for
+from .runtime import cdiv, kernel_operator, launch, multiprocessor_count, next_power_of_2
 from .validation import INT32_LIMIT, check_index_range, check_tensor, first_order_only, on_device_of, wants_gradient
 
 # Causal loads fetch keys up to the diagonal rounded up to this many columns: a load
