@@ -89,7 +89,8 @@ grade: $(BIN)/.installed
 benchmarks: $(BIN)/.installed
 	$(BIN)/python -m benchmarks
 
-# Chapter 6's four training runs (minutes on a GPU), stored for the chapter to plot.
+# Chapter 6's training runs (minutes on a GPU: the four it compares, and course_lib's at three
+# more seeds), stored for the chapter to plot.
 training: $(BIN)/.installed
 	$(BIN)/python -m benchmarks.train_recall
 

@@ -2,6 +2,7 @@
 
     python -m benchmarks.train_recall                              # every run of CHAPTER_RUNS
     python -m benchmarks.train_recall --only "reference, eps 1.0" --out part.json
+    python -m benchmarks.train_recall --seeds --out seeds.json    # the seed study's runs only
     python -m benchmarks.train_recall --merge part1.json part2.json
 
 Each run is recall_task.train_recall at CHAPTER_SETTINGS on CHAPTER_TASK, one seed for
@@ -16,8 +17,8 @@ import time
 from pathlib import Path
 
 from course_lib.benchmarking import gpu_slug, measured_on, require_gpu, write_document
-from course_lib.recall_task import (CHAPTER_RUNS, CHAPTER_SETTINGS, CHAPTER_TASK, TRAINING_RESULTS_DIR,
-                                    light_branch_reach, train_recall)
+from course_lib.recall_task import (CHAPTER_RUNS, CHAPTER_SETTINGS, CHAPTER_TASK, EXTRA_SEEDS, SEED_STUDY,
+                                    TRAINING_RESULTS_DIR, light_branch_reach, train_recall)
 from course_lib.runtime import DEVICE
 
 
@@ -59,12 +60,19 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help=f"runs separated by ';', of: {'; '.join(CHAPTER_RUNS)}")
     parser.add_argument("--out", help=f"the file to write (default {TRAINING_RESULTS_DIR}/<gpu>.json)")
+    parser.add_argument("--seeds", action="store_true",
+                        help=f"the runs of {', '.join(SEED_STUDY)} at the other seeds, {EXTRA_SEEDS}")
     parser.add_argument("--merge", nargs="+", metavar="RUNS", help="merge these files instead of training")
     arguments = parser.parse_args(argv)
     if arguments.merge:
         print("wrote", write(merge(arguments.merge), arguments.out))
         return
-    names = [name.strip() for name in arguments.only.split(";")] if arguments.only else list(CHAPTER_RUNS)
+    if arguments.seeds:
+        names = [f"{name}, seed {seed}" for name in SEED_STUDY for seed in EXTRA_SEEDS]
+    elif arguments.only:
+        names = [name.strip() for name in arguments.only.split(";")]
+    else:
+        names = list(CHAPTER_RUNS)
     unknown = [name for name in names if name not in CHAPTER_RUNS]
     if unknown:
         raise SystemExit(f"unknown runs {unknown}; choose from {list(CHAPTER_RUNS)}")

@@ -235,6 +235,13 @@ CHAPTER_RUNS = {
     "reference, eps 1.0": dict(impl="reference", router_kwargs=dict(eps=1.0)),
     "colt5_attention, eps 1.0": dict(impl="colt5_attention", router_kwargs=dict(eps=1.0), colt5_queries_per_window=2),
 }
+# One run is one sample: a rounding that decides a near tie in a top-k differently sends
+# it down another path. course_lib at both settings of eps is trained again from other
+# seeds (other initial weights and batches), to see which differences outlast the seed.
+SEED_STUDY = ("course_lib, eps 0.03", "course_lib, eps 1.0")
+EXTRA_SEEDS = (1, 2, 3)
+CHAPTER_RUNS.update({f"{name}, seed {seed}": dict(CHAPTER_RUNS[name], seed=seed)
+                     for name in SEED_STUDY for seed in EXTRA_SEEDS})
 TRAINING_RESULTS_DIR = RESULTS_DIR / "training"
 
 

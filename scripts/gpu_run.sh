@@ -5,7 +5,7 @@
 # STEPs, in this order by default: unit benchmarks training profile execute nbval. A host
 # that limits the minutes of one command runs them a few at a time; "benchmarks" writes one
 # results file per kernel under the logs folder and merges them into course_lib/results/,
-# "training" one file per pair of chapter 6's runs, merged into course_lib/results/training/.
+# "training" one file per part of chapter 6's runs, merged into course_lib/results/training/.
 # Logs go to $GPU_RUN_LOGS (default gpu-run-logs/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +35,7 @@ run_step() {
         --out "$logs/training_course_lib.json" 2>&1 | tee "$logs/training_course_lib.log"
       python3 -m benchmarks.train_recall --only "reference, eps 1.0; colt5_attention, eps 1.0" \
         --out "$logs/training_others.json" 2>&1 | tee "$logs/training_others.log"
+      python3 -m benchmarks.train_recall --seeds --out "$logs/training_seeds.json" 2>&1 | tee "$logs/training_seeds.log"
       python3 -m benchmarks.train_recall --merge "$logs"/training_*.json ;;
     profile) python3 -m benchmarks.profile_step 2>&1 | tee "$logs/profile_step.log" ;;
     execute) python3 -m course_lib.instructor execute notebooks/*.ipynb 2>&1 | tee "$logs/execute.log" ;;
