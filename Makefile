@@ -16,7 +16,7 @@ PARALLEL := -n auto --dist loadfile
 PYTEST_NBVAL := --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg --nbval-cell-timeout 600
 # The package's tests, for other torch and Triton releases: the instructor tools, the book
 # and the repository's own files need no particular Triton and are left to `make test`.
-PACKAGE_TESTS := tests --ignore=tests/test_instructor.py --ignore=tests/test_book.py \
+PACKAGE_TESTS := tests --ignore=tests/teaching/test_instructor.py --ignore=tests/test_book.py \
 	--ignore=tests/test_repository.py --ignore=tests/test_install.py
 
 .PHONY: test test-unit test-notebooks test-triton-latest test-floor book lab set-repository student grade benchmarks training \
@@ -80,11 +80,11 @@ set-repository: $(BIN)/.installed
 	$(BIN)/python scripts/repository.py set "$(URL)"
 
 student: $(BIN)/.installed
-	$(BIN)/python -m course_lib.instructor student notebooks student
+	$(BIN)/python -m course_lib.teaching.instructor student notebooks student
 
 grade: $(BIN)/.installed
 	mkdir -p graded
-	$(BIN)/python -m course_lib.instructor grade $(SUBMISSIONS) --release notebooks --out graded/scores.csv $(if $(SEED),--seed $(SEED))
+	$(BIN)/python -m course_lib.teaching.instructor grade $(SUBMISSIONS) --release notebooks --out graded/scores.csv $(if $(SEED),--seed $(SEED))
 
 benchmarks: $(BIN)/.installed
 	$(BIN)/python -m benchmarks

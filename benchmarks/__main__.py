@@ -13,8 +13,8 @@ import json
 import statistics
 from pathlib import Path
 
-from course_lib.benchmarking import (RESULTS_DIR, add_copy_ceilings, copy_bandwidth_gbps, gpu_slug, require_gpu,
-                                    write_document, write_results)
+from course_lib.core.benchmarking import (RESULTS_DIR, add_copy_ceilings, copy_bandwidth_gbps, gpu_slug, require_gpu,
+                                          write_document, write_results)
 
 from . import (bench_coor_descent, bench_layernorm, bench_local_attention, bench_routed_block, bench_softmax,
                bench_weighted_sum)

@@ -14,9 +14,9 @@ before them (s and dy): y, ds and every workspace.
 
 import torch
 
-from course_lib import references
-from course_lib.benchmarking import forward_backward_ms, fresh_compile, row, step_rows
-from course_lib.coor_descent import coor_descent
+from course_lib.core import references
+from course_lib.core.benchmarking import forward_backward_ms, fresh_compile, row, step_rows
+from course_lib.kernels.coor_descent_op import coor_descent
 
 SHAPES = [(1024, 4096), (256, 32768), (4096, 1024), (4, 131072)]
 # The training step, eager and compiled, at two of them (each compile takes seconds).

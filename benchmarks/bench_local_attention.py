@@ -18,9 +18,9 @@ written by the reference are not counted: not writing them is the point.
 
 import torch
 
-from course_lib import routed
-from course_lib.benchmarking import forward_backward_ms, fresh_compile, row, step_rows
-from course_lib.local_attention import local_causal_attention
+from course_lib.models import routed
+from course_lib.core.benchmarking import forward_backward_ms, fresh_compile, row, step_rows
+from course_lib.kernels.local_attention_op import local_causal_attention
 
 SHAPES = [(8, 8, 4096, 64), (8, 8, 2048, 64)]
 DTYPES = [torch.bfloat16]

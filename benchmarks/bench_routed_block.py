@@ -19,8 +19,8 @@ written only, so the fraction of C says little here: compare the times.
 
 import torch
 
-from course_lib.benchmarking import alternating_step_timings, row, training_step
-from course_lib.recall_task import routed_block
+from course_lib.core.benchmarking import alternating_step_timings, row, training_step
+from course_lib.models.recall_task import routed_block
 
 SHAPES = [(8, 4096, 1024), (8, 2048, 512)]
 DTYPE = torch.bfloat16

@@ -12,8 +12,8 @@ write grad_x), the step 5·M·N·es.
 
 import torch
 
-from course_lib.benchmarking import forward_backward_ms, fresh_compile, row, step_rows
-from course_lib.softmax import causal_softmax, softmax
+from course_lib.core.benchmarking import forward_backward_ms, fresh_compile, row, step_rows
+from course_lib.kernels.softmax_op import causal_softmax, softmax
 
 SHAPES = [(64, 1024), (16, 4096), (4, 8192)]  # (batch, n): batch matrices of n x n
 # The training step, eager and compiled, at the smallest and the largest matrices.

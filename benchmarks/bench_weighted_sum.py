@@ -9,7 +9,7 @@ the step both (3·M·D·es).
 import torch
 
 from course_lib import weighted_sum
-from course_lib.benchmarking import forward_backward_ms, fresh_compile, row, step_rows
+from course_lib.core.benchmarking import forward_backward_ms, fresh_compile, row, step_rows
 
 SHAPES = [(65536, 1024), (16384, 8192), (1048576, 128)]
 # The training step, eager and compiled, at two of them (each compile takes seconds).

@@ -21,9 +21,10 @@ import time
 import torch
 import torch.nn.functional as F
 
-from course_lib import causal_softmax, coor_descent, layernorm, references, runtime, softmax, weighted_sum
-from course_lib.benchmarking import require_gpu, training_step
-from course_lib.notebook import host_and_gpu_events
+from course_lib import causal_softmax, coor_descent, layernorm, softmax, weighted_sum
+from course_lib.core import references, runtime
+from course_lib.core.benchmarking import require_gpu, training_step
+from course_lib.teaching.notebook import host_and_gpu_events
 
 
 def _masked_softmax(x):

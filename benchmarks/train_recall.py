@@ -16,10 +16,10 @@ import json
 import time
 from pathlib import Path
 
-from course_lib.benchmarking import gpu_slug, measured_on, require_gpu, write_document
-from course_lib.recall_task import (CHAPTER_RUNS, CHAPTER_SETTINGS, CHAPTER_TASK, EXTRA_SEEDS, SEED_STUDY,
-                                    TRAINING_RESULTS_DIR, light_branch_reach, train_recall)
-from course_lib.runtime import DEVICE
+from course_lib.core.benchmarking import gpu_slug, measured_on, require_gpu, write_document
+from course_lib.models.recall_task import (CHAPTER_RUNS, CHAPTER_SETTINGS, CHAPTER_TASK, EXTRA_SEEDS, SEED_STUDY,
+                                           TRAINING_RESULTS_DIR, light_branch_reach, train_recall)
+from course_lib.core.runtime import DEVICE
 
 
 def train_runs(names, task=CHAPTER_TASK, settings=CHAPTER_SETTINGS, device=DEVICE):

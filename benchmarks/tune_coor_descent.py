@@ -15,8 +15,8 @@ import math
 import torch
 import triton
 
-from course_lib.benchmarking import median_ms, require_gpu
-from course_lib.coor_descent import (
+from course_lib.core.benchmarking import median_ms, require_gpu
+from course_lib.kernels.coor_descent_op import (
     BackwardPlan,
     ForwardPlan,
     backward_plan,
@@ -25,7 +25,7 @@ from course_lib.coor_descent import (
     eps_schedule,
     forward_plan,
 )
-from course_lib.runtime import multiprocessor_count
+from course_lib.core.runtime import multiprocessor_count
 
 from .bench_coor_descent import SETTINGS, SHAPES
 

@@ -18,9 +18,9 @@ import torch
 import triton
 from triton.runtime.errors import OutOfResources
 
-from course_lib.benchmarking import copy_bandwidth_gbps, median_ms, require_gpu
-from course_lib.layernorm import layernorm_backward, layernorm_forward
-from course_lib.layernorm_parts import BackwardConfig, Tiles, backward_config, forward_tiles
+from course_lib.core.benchmarking import copy_bandwidth_gbps, median_ms, require_gpu
+from course_lib.kernels.layernorm_op.tiled import layernorm_backward, layernorm_forward
+from course_lib.kernels.layernorm_op.parts import BackwardConfig, Tiles, backward_config, forward_tiles
 
 from .bench_layernorm import DTYPES, SHAPES
 

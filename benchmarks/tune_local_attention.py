@@ -18,8 +18,8 @@ import multiprocessing
 import torch
 import triton
 
-from course_lib import local_attention as la
-from course_lib.benchmarking import copy_bandwidth_gbps, median_ms, require_gpu
+from course_lib.kernels import local_attention_op as la
+from course_lib.core.benchmarking import copy_bandwidth_gbps, median_ms, require_gpu
 
 from .bench_local_attention import WINDOW, make_projection, split_qkv
 

@@ -13,7 +13,6 @@ Prints, for each case, the default tiles' time and the best swept tiles, as
 fractions of copy bandwidth; with out.json, also the twelve best of each case.
 """
 
-import importlib
 import itertools
 import json
 import sys
@@ -21,9 +20,9 @@ import sys
 import torch
 import triton
 
-softmax_module = importlib.import_module("course_lib.softmax")  # the module, not the function of the same name
-from course_lib.benchmarking import copy_bandwidth_gbps, median_ms, require_gpu
-from course_lib.softmax import backward_tiles, forward_tiles, softmax_backward, softmax_forward
+from course_lib.core.benchmarking import copy_bandwidth_gbps, median_ms, require_gpu
+from course_lib.kernels import softmax_op as softmax_module
+from course_lib.kernels.softmax_op import backward_tiles, forward_tiles, softmax_backward, softmax_forward
 
 from .bench_softmax import DTYPES, SHAPES, WIDE_SHAPE
 

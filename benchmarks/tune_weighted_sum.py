@@ -10,12 +10,11 @@ bandwidth beside the fraction a plain copy of the same bytes reaches.
 import argparse
 import itertools
 import json
-import sys
 
 import torch
 
-from course_lib.benchmarking import copy_bandwidth_gbps, median_ms, require_gpu
-from course_lib.weighted_sum import (
+from course_lib.core.benchmarking import copy_bandwidth_gbps, median_ms, require_gpu
+from course_lib.kernels.weighted_sum_op import (
     backward_tiles,
     forward_tiles,
     weighted_sum_backward,
@@ -79,7 +78,8 @@ def sweep_stages(copy_gbps):
 
 def sweep_backward_programs(copy_gbps):
     """The backward's programs per multiprocessor, with the default tiles."""
-    module = sys.modules["course_lib.weighted_sum"]
+    from course_lib.kernels import weighted_sum_op as module
+
     default = module.BACKWARD_PROGRAMS_PER_SM
     results = []
     for dtype, (n_rows, n_cols), x, w, g in cases():

@@ -1,14 +1,28 @@
 """Triton kernels derived step by step: the tested kernels of the course.
 
-``runtime`` is imported first: it decides between compiled kernels on a GPU and
+The package is four rooms, each importing only from the rooms below it:
+
+- ``course_lib.teaching``: exercises and their checkers, the access recorder, notebook
+  helpers, instructor tools;
+- ``course_lib.models``: CoLT5's routed block and chapter 6's recall task;
+- ``course_lib.kernels``: one module a kernel;
+- ``course_lib.core``: runtime, validation, row helpers, launch plans, the operator
+  helper, the references and the benchmark harness.
+
+``registry`` lists the kernels for the benchmarks, the GPU run and the tests.
+Everything a user calls is importable from ``course_lib`` itself.
+
+``core.runtime`` is imported first: it decides between compiled kernels on a GPU and
 Triton's CPU interpreter, which must happen before any ``@triton.jit`` runs.
 """
 
-from . import runtime  # noqa: F401  (must come first)
-from .coor_descent import coor_descent
-from .layernorm import LayerNorm, layernorm
-from .softmax import causal_softmax, softmax
-from .weighted_sum import weighted_sum
+from .core import runtime  # noqa: F401  (must come first)
+from .kernels import (MAX_HEAD_DIM, LayerNorm, causal_softmax, coor_descent, layernorm, local_causal_attention,
+                      softmax, weighted_sum)
+from .models import (CoordinateDescentRouter, RecallModel, RecallTask, RoutedBlock, recall_batch, top_k_routing,
+                     train_recall)
 
-__all__ = ["runtime", "weighted_sum", "softmax", "causal_softmax", "layernorm", "LayerNorm", "coor_descent"]
+__all__ = ["runtime", "weighted_sum", "softmax", "causal_softmax", "layernorm", "LayerNorm", "coor_descent",
+           "local_causal_attention", "MAX_HEAD_DIM", "RoutedBlock", "CoordinateDescentRouter", "top_k_routing",
+           "RecallTask", "RecallModel", "recall_batch", "train_recall"]
 __version__ = "0.1.0"

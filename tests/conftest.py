@@ -6,7 +6,7 @@ import zlib
 import pytest
 import torch
 
-from course_lib.runtime import DEVICE, ON_GPU
+from course_lib.core.runtime import DEVICE, ON_GPU
 
 # Tolerances against a float64 reference: float32 math lands far below 1e-5;
 # float16 and bfloat16 outputs carry one rounding of 2**-11 and 2**-8.

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import targets
-from course_lib import benchmarking
+from course_lib.core import benchmarking
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("benchmarks_page", ROOT / "scripts" / "benchmarks_page.py")

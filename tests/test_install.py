@@ -9,7 +9,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from course_lib import benchmarking
+from course_lib.core import benchmarking
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ["pyproject.toml", "README.md", "course_lib"]  # what the wheel is built from

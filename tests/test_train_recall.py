@@ -5,7 +5,7 @@ import json
 import pytest
 
 from benchmarks import train_recall
-from course_lib.recall_task import CHAPTER_RUNS, RecallTask, load_training_runs
+from course_lib.models.recall_task import CHAPTER_RUNS, RecallTask, load_training_runs
 
 TINY_TASK = RecallTask(seq_len=32, n_pairs=2, n_noise=8, n_keys=4, n_values=4)
 TINY_SETTINGS = dict(steps=2, batch=4, eval_batch=6, dim=16, depth=1, num_heavy_tokens=8, light_window_size=8,

@@ -12,8 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
-from course_lib import exercises
-from course_lib.checking import ExerciseError
+from course_lib.teaching import exercises
+from course_lib.teaching.checking import ExerciseError
 
 # ------------------------------------------------------ Exercise 1.1: scale_columns
 

@@ -1,0 +1,538 @@
+"""Softmax over the last dimension, plain or causal: y = exp(x - max) / sum(exp(x - max)).
+
+Chapter 2. The causal version takes x of shape (..., n, n), one matrix of attention
+scores per leading index, and lets query row i see only keys j <= i: the keys above
+the diagonal are never read and their outputs are exactly 0. It is a rewrite of
+PaLM-pytorch's Triton causal softmax, whose mask ``col > row % n_cols`` silently
+assumed square input; here a non-square input is an error unless the caller says
+where its diagonal lies (``diagonal``: query i sees keys j <= i + diagonal).
+
+A row whose every visible key is -inf (nothing to attend to) gives zeros and a zero
+gradient instead of NaN. A NaN (or +inf) among the visible keys makes the row NaN, as
+in PyTorch; its entries above the diagonal may then be NaN too. Whatever lies above the
+diagonal of x, NaN included, is never read.
+
+Read top to bottom: the Triton kernels (rows that fit in one block, then a looped
+online softmax for wider rows, each forward and backward), the host launchers that
+pick tiles and grids, the ``torch.autograd.Function``, and the public ``softmax``
+and ``causal_softmax``.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from ..core.runtime import cdiv, kernel_operator, launch, multiprocessor_count, next_power_of_2
+from ..core.validation import INT32_LIMIT, check_index_range, check_tensor, first_order_only, on_device_of, wants_gradient
+
+# Causal loads fetch keys up to the diagonal rounded up to this many columns: a load
+# mask that is constant over aligned groups of 16 lets Triton issue 16-byte vector
+# loads. The few keys fetched past the diagonal are masked out in registers.
+FETCH_GROUP = tl.constexpr(16)
+# exp(t) = exp2(t * log2(e)). tl.exp2 compiles to one MUFU.EX2 instruction; tl.exp to
+# that plus a multiply and three more instructions that keep denormal results, which
+# a softmax does not need. In 16-bit types the forward is bound by instructions, not
+# bytes, so every instruction saved a value shows in its speed.
+LOG2E = tl.constexpr(1.4426950408889634)
+
+# ---------------------------------------------------------------------------- kernels
+
+
+@triton.jit
+def _row_offsets(rows, rows_per_matrix, stride_matrix, stride_row):
+    """Offsets of ``rows`` in a (matrices, rows_per_matrix, columns) view, in 64 bits:
+    rows * stride can pass 2**31 on large inputs."""
+    matrix = tl.cast(rows // rows_per_matrix, tl.int64)
+    row_in_matrix = tl.cast(rows % rows_per_matrix, tl.int64)
+    return matrix * stride_matrix + row_in_matrix * stride_row
+
+
+@triton.jit
+def _key_masks(rows, cols, rows_per_matrix, n_cols, diagonal, CAUSAL: tl.constexpr):
+    """(visible, fetch) for keys ``cols`` of query ``rows`` (broadcast against each
+    other): visible keys take part in the softmax, fetched keys are loaded. A causal
+    query row i sees keys 0..i + diagonal; it fetches up to there rounded up to
+    FETCH_GROUP."""
+    in_row = cols < n_cols
+    if CAUSAL:
+        last_key = rows % rows_per_matrix + diagonal
+        fetch_end = (last_key + FETCH_GROUP) // FETCH_GROUP * FETCH_GROUP
+        return in_row & (cols <= last_key), in_row & (cols < fetch_end)
+    else:
+        return in_row, in_row
+
+
+@triton.jit
+def _key_end(row, rows_per_matrix, n_cols, diagonal, CAUSAL: tl.constexpr):
+    """One past the last key that query ``row`` sees (0 when it sees none)."""
+    if CAUSAL:
+        return tl.minimum(tl.maximum(row % rows_per_matrix + diagonal + 1, 0), n_cols)
+    else:
+        return n_cols
+
+
+@triton.jit
+def _hide_fetched_keys(values, visible, hidden_value, CAUSAL: tl.constexpr):
+    """``hidden_value`` at keys fetched but not visible: causal keys past the diagonal
+    that share its FETCH_GROUP. Without a causal mask every fetched key is visible and
+    the loads' ``other`` already covers the row's end, so no select is spent: in the
+    plain forward it would cost most where rows are short and instructions set the
+    pace."""
+    if CAUSAL:
+        values = tl.where(visible, values, hidden_value)
+    return values
+
+
+@triton.jit
+def _softmax_rows(
+    x_ptr, y_ptr, rows, row_mask, rows_per_matrix, n_cols, diagonal,
+    stride_x_matrix, stride_x_row, stride_x_col, stride_y_row,
+    CAUSAL: tl.constexpr, BLOCK_COLS: tl.constexpr, ROW_BLOCK_COLS: tl.constexpr,
+):
+    """Normalise ``rows`` whose visible keys all lie in the first BLOCK_COLS columns;
+    columns BLOCK_COLS .. ROW_BLOCK_COLS, all hidden, get zeros without being read."""
+    cols = tl.arange(0, BLOCK_COLS)
+    visible, fetch = _key_masks(rows[:, None], cols[None, :], rows_per_matrix, n_cols, diagonal, CAUSAL)
+    x_offsets = (_row_offsets(rows, rows_per_matrix, stride_x_matrix, stride_x_row)[:, None]
+                 + cols.to(tl.int64)[None, :] * stride_x_col)
+    # Masked-off lanes fetch nothing: of the upper triangle, only the keys that share
+    # a FETCH_GROUP with the diagonal are read.
+    x = tl.load(x_ptr + x_offsets, mask=row_mask & fetch, other=float("-inf")).to(tl.float32)
+    x = _hide_fetched_keys(x, visible, float("-inf"), CAUSAL)
+
+    row_max = tl.max(x, axis=1)
+    # A row with no finite visible key has max -inf: shift by 0 instead, so that exp
+    # gives 0 rather than exp(-inf - -inf) = NaN; its sum is then 0, and dividing by
+    # 1 instead leaves the row all zeros.
+    shift = tl.where(row_max == float("-inf"), 0.0, row_max)
+    numerator = tl.exp2((x - shift[:, None]) * LOG2E)
+    total = tl.sum(numerator, axis=1)
+    inverse_total = 1.0 / tl.where(total == 0.0, 1.0, total)
+    # Hidden keys have numerator exp2(-inf) = 0, so y is 0 there without a select. One
+    # (on `visible`, or on numerator == 0) would keep `visible` in registers across both
+    # reductions, and in bfloat16 registers and instructions set the pace.
+    y = numerator * inverse_total[:, None]
+    y_row_ptrs = y_ptr + rows.to(tl.int64)[:, None] * stride_y_row
+    tl.store(y_row_ptrs + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=row_mask & (cols < n_cols)[None, :])
+    for start in tl.static_range(BLOCK_COLS, ROW_BLOCK_COLS, BLOCK_COLS):
+        hidden_cols = start + cols
+        tl.store(y_row_ptrs + hidden_cols[None, :], tl.zeros((1, BLOCK_COLS), y_ptr.dtype.element_ty),
+                 mask=row_mask & (hidden_cols < n_cols)[None, :])
+
+
+@triton.jit
+def softmax_forward_kernel(
+    x_ptr, y_ptr,
+    n_rows, rows_per_matrix, n_cols, diagonal,
+    stride_x_matrix, stride_x_row, stride_x_col, stride_y_row,
+    CAUSAL: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
+):
+    """One program normalises BLOCK_ROWS whole rows held in registers (n_cols <= BLOCK_COLS).
+
+    Causal queries in the first half of a square matrix see only the first half of the
+    keys (with a diagonal, those whose last key lies in the first half of the block). A
+    program holding only such rows works on a block half as wide and writes zeros to the
+    rest: a quarter of all the arithmetic is saved, and in 16-bit types
+    the arithmetic, not the bytes, sets the pace (see LOG2E). In float32, bound by
+    bytes, it changes nothing.
+    """
+    rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    row_mask = (rows < n_rows)[:, None]
+    if CAUSAL and BLOCK_COLS >= 2 * FETCH_GROUP:
+        last_key = tl.max(tl.where(rows < n_rows, rows % rows_per_matrix, 0), axis=0) + diagonal
+        if last_key < BLOCK_COLS // 2:
+            _softmax_rows(x_ptr, y_ptr, rows, row_mask, rows_per_matrix, n_cols, diagonal,
+                          stride_x_matrix, stride_x_row, stride_x_col, stride_y_row,
+                          CAUSAL, BLOCK_COLS // 2, BLOCK_COLS)
+        else:
+            _softmax_rows(x_ptr, y_ptr, rows, row_mask, rows_per_matrix, n_cols, diagonal,
+                          stride_x_matrix, stride_x_row, stride_x_col, stride_y_row,
+                          CAUSAL, BLOCK_COLS, BLOCK_COLS)
+    else:
+        _softmax_rows(x_ptr, y_ptr, rows, row_mask, rows_per_matrix, n_cols, diagonal,
+                      stride_x_matrix, stride_x_row, stride_x_col, stride_y_row,
+                      CAUSAL, BLOCK_COLS, BLOCK_COLS)
+
+
+@triton.jit
+def softmax_backward_kernel(
+    y_ptr, grad_y_ptr, grad_x_ptr,
+    n_rows, rows_per_matrix, n_cols, diagonal,
+    stride_y_row, stride_grad_y_matrix, stride_grad_y_row, stride_grad_y_col, stride_grad_x_row,
+    CAUSAL: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
+):
+    """grad_x = y * (grad_y - sum(y * grad_y)) for BLOCK_ROWS whole rows a program."""
+    rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    cols = tl.arange(0, BLOCK_COLS)
+    row_mask = (rows < n_rows)[:, None]
+    visible, fetch = _key_masks(rows[:, None], cols[None, :], rows_per_matrix, n_cols, diagonal, CAUSAL)
+    rows64 = rows.to(tl.int64)[:, None]
+    y = tl.load(y_ptr + rows64 * stride_y_row + cols[None, :], mask=row_mask & fetch, other=0.0)
+    grad_y_offsets = (_row_offsets(rows, rows_per_matrix, stride_grad_y_matrix, stride_grad_y_row)[:, None]
+                      + cols.to(tl.int64)[None, :] * stride_grad_y_col)
+    grad_y = tl.load(grad_y_ptr + grad_y_offsets, mask=row_mask & fetch, other=0.0)
+    y = y.to(tl.float32)
+    # Fetched keys past the diagonal are dropped: grad_y there may hold anything.
+    grad_y = _hide_fetched_keys(grad_y.to(tl.float32), visible, 0.0, CAUSAL)
+
+    dot = tl.sum(y * grad_y, axis=1)
+    # No select, as in the forward: at hidden keys y = 0 (the forward wrote it) and
+    # grad_y = 0 (zeroed above), so grad_x is 0 there.
+    grad_x = y * (grad_y - dot[:, None])
+    tl.store(grad_x_ptr + rows64 * stride_grad_x_row + cols[None, :], grad_x.to(grad_x_ptr.dtype.element_ty),
+             mask=row_mask & (cols < n_cols)[None, :])
+
+
+@triton.jit
+def softmax_forward_looped_kernel(
+    x_ptr, y_ptr,
+    n_rows, rows_per_matrix, n_cols, diagonal,
+    stride_x_matrix, stride_x_row, stride_x_col, stride_y_row,
+    CAUSAL: tl.constexpr, BLOCK_COLS: tl.constexpr,
+):
+    """For rows wider than a block: each row in two passes over tiles.
+
+    Pass 1 is an online softmax: it keeps the running max and, per lane, a running
+    sum of exp(x - max), rescaling the sums whenever the max grows. Pass 2 writes
+    exp(x - max) / sum. A causal row stops at its diagonal; the tiles right of it
+    are never read, only filled with zeros. Programs take rows in turn (a persistent
+    grid, see looped_grid).
+    """
+    for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
+        x_row_ptr = x_ptr + _row_offsets(row, rows_per_matrix, stride_x_matrix, stride_x_row)
+        y_row_ptr = y_ptr + tl.cast(row, tl.int64) * stride_y_row
+        key_end = _key_end(row, rows_per_matrix, n_cols, diagonal, CAUSAL)
+
+        running_max = tl.full((), float("-inf"), tl.float32)
+        sums = tl.zeros((BLOCK_COLS,), dtype=tl.float32)
+        for start in range(0, key_end, BLOCK_COLS):
+            cols = start + tl.arange(0, BLOCK_COLS)
+            visible, fetch = _key_masks(row, cols, rows_per_matrix, n_cols, diagonal, CAUSAL)
+            # evict_last: pass 2 reads the row again, so keep it in L2 while it fits.
+            x = tl.load(x_row_ptr + cols.to(tl.int64) * stride_x_col, mask=fetch, other=float("-inf"),
+                        eviction_policy="evict_last").to(tl.float32)
+            x = _hide_fetched_keys(x, visible, float("-inf"), CAUSAL)
+            new_max = tl.maximum(running_max, tl.max(x, axis=0))
+            shift = tl.where(new_max == float("-inf"), 0.0, new_max)  # no NaN, as in the one-block kernel
+            sums = sums * tl.exp2((running_max - shift) * LOG2E) + tl.exp2((x - shift) * LOG2E)
+            running_max = new_max
+        total = tl.sum(sums, axis=0)
+        shift = tl.where(running_max == float("-inf"), 0.0, running_max)
+        inverse_total = 1.0 / tl.where(total == 0.0, 1.0, total)
+
+        # Pass 2 walks the tiles last to first: the tiles pass 1 read last are the
+        # likeliest to be still in L2.
+        n_tiles = tl.cdiv(key_end, BLOCK_COLS)
+        for tile in range(0, n_tiles):
+            cols = (n_tiles - 1 - tile) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+            visible, fetch = _key_masks(row, cols, rows_per_matrix, n_cols, diagonal, CAUSAL)
+            x = tl.load(x_row_ptr + cols.to(tl.int64) * stride_x_col, mask=fetch, other=float("-inf"),
+                        eviction_policy="evict_first").to(tl.float32)
+            x = _hide_fetched_keys(x, visible, float("-inf"), CAUSAL)
+            y = tl.exp2((x - shift) * LOG2E) * inverse_total  # 0 at hidden keys, as above
+            tl.store(y_row_ptr + cols, y.to(y_ptr.dtype.element_ty), mask=cols < n_cols,
+                     eviction_policy="evict_first")
+        for start in range(n_tiles * BLOCK_COLS, n_cols, BLOCK_COLS):
+            cols = start + tl.arange(0, BLOCK_COLS)
+            tl.store(y_row_ptr + cols, tl.zeros((BLOCK_COLS,), y_ptr.dtype.element_ty), mask=cols < n_cols)
+
+
+@triton.jit
+def softmax_backward_looped_kernel(
+    y_ptr, grad_y_ptr, grad_x_ptr,
+    n_rows, rows_per_matrix, n_cols, diagonal,
+    stride_y_row, stride_grad_y_matrix, stride_grad_y_row, stride_grad_y_col, stride_grad_x_row,
+    CAUSAL: tl.constexpr, BLOCK_COLS: tl.constexpr,
+):
+    """For rows wider than a block: pass 1 sums y * grad_y over tiles, pass 2 writes grad_x."""
+    for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
+        y_row_ptr = y_ptr + tl.cast(row, tl.int64) * stride_y_row
+        grad_y_row_ptr = grad_y_ptr + _row_offsets(row, rows_per_matrix, stride_grad_y_matrix, stride_grad_y_row)
+        grad_x_row_ptr = grad_x_ptr + tl.cast(row, tl.int64) * stride_grad_x_row
+        key_end = _key_end(row, rows_per_matrix, n_cols, diagonal, CAUSAL)
+
+        partial_dots = tl.zeros((BLOCK_COLS,), dtype=tl.float32)
+        for start in range(0, key_end, BLOCK_COLS):
+            cols = start + tl.arange(0, BLOCK_COLS)
+            visible, fetch = _key_masks(row, cols, rows_per_matrix, n_cols, diagonal, CAUSAL)
+            y = tl.load(y_row_ptr + cols, mask=fetch, other=0.0, eviction_policy="evict_last")
+            grad_y = tl.load(grad_y_row_ptr + cols.to(tl.int64) * stride_grad_y_col, mask=fetch, other=0.0,
+                             eviction_policy="evict_last")
+            partial_dots += _hide_fetched_keys(y.to(tl.float32) * grad_y.to(tl.float32), visible, 0.0, CAUSAL)
+        dot = tl.sum(partial_dots, axis=0)
+
+        n_tiles = tl.cdiv(key_end, BLOCK_COLS)
+        for tile in range(0, n_tiles):  # last to first, as in the forward
+            cols = (n_tiles - 1 - tile) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+            visible, fetch = _key_masks(row, cols, rows_per_matrix, n_cols, diagonal, CAUSAL)
+            y = tl.load(y_row_ptr + cols, mask=fetch, other=0.0, eviction_policy="evict_first")
+            grad_y = tl.load(grad_y_row_ptr + cols.to(tl.int64) * stride_grad_y_col, mask=fetch, other=0.0,
+                             eviction_policy="evict_first")
+            grad_x = _hide_fetched_keys(y.to(tl.float32) * (grad_y.to(tl.float32) - dot), visible, 0.0, CAUSAL)
+            tl.store(grad_x_row_ptr + cols, grad_x.to(grad_x_ptr.dtype.element_ty), mask=cols < n_cols,
+                     eviction_policy="evict_first")
+        for start in range(n_tiles * BLOCK_COLS, n_cols, BLOCK_COLS):
+            cols = start + tl.arange(0, BLOCK_COLS)
+            tl.store(grad_x_row_ptr + cols, tl.zeros((BLOCK_COLS,), grad_x_ptr.dtype.element_ty),
+                     mask=cols < n_cols)
+
+
+# -------------------------------------------------------------------------- launchers
+
+# Rows up to this many columns are held whole in registers, one block a row; wider
+# rows take the looped kernels. At 8 warps that is 32 values a thread.
+SINGLE_BLOCK_MAX_COLS = 8192
+# The causal backward in 16-bit types takes the looped kernels from this many columns
+# (see backward_tiles).
+LOOPED_CAUSAL_BACKWARD_MIN_COLS = 4096
+# Programs of the looped kernels a multiprocessor, for rows wider than a block and for
+# rows that would fit one; see looped_grid.
+LOOPED_PROGRAMS_PER_SM = 2
+SHORT_ROW_LOOPED_PROGRAMS_PER_SM = 32
+
+
+def _looped_tiles(n_cols):
+    """Tiles of a quarter of the row, at most 16384 values, a warp for every 256 values."""
+    block_cols = min(16384, next_power_of_2(n_cols) // 4)
+    return 1, block_cols, min(32, block_cols // 256)
+
+
+def _tiles(n_cols, element_size):
+    """(BLOCK_ROWS, BLOCK_COLS, num_warps), the same for the forward and the backward.
+
+    The best of benchmarks/tune_softmax.py's sweep:
+    * rows up to SINGLE_BLOCK_MAX_COLS sit whole in one block, one row a program
+      once rows reach 1024 values (short rows share a program); about 1024 values a
+      warp, but at least 4 warps in float32 and 2 in 16-bit types;
+    * wider rows loop over tiles of a quarter of the row (_looped_tiles).
+    """
+    if n_cols > SINGLE_BLOCK_MAX_COLS:
+        return _looped_tiles(n_cols)
+    block_cols = next_power_of_2(n_cols)
+    block_rows = max(1, 1024 // block_cols)
+    min_warps = 4 if element_size == 4 else 2
+    return block_rows, block_cols, max(min_warps, min(16, block_rows * block_cols // 1024))
+
+
+def forward_tiles(n_cols, element_size):
+    """(BLOCK_ROWS, BLOCK_COLS, num_warps) for the forward kernels.
+
+    BLOCK_COLS >= n_cols selects the one-block kernel; a narrower BLOCK_COLS selects
+    the looped kernel, which works on one row at a time (BLOCK_ROWS = 1).
+
+    In 16-bit types rows of up to 1024 values pair up, two a program on the same
+    warps: a program's fixed costs then count half as much. In float32, bound by
+    bytes, it did not pay.
+    """
+    block_rows, block_cols, num_warps = _tiles(n_cols, element_size)
+    if element_size <= 2 and block_cols <= 1024:
+        block_rows *= 2
+    return block_rows, block_cols, num_warps
+
+
+def backward_tiles(n_cols, element_size, causal=False):
+    """(BLOCK_ROWS, BLOCK_COLS, num_warps) for the backward kernels, as forward_tiles.
+
+    One exception: the causal backward in 16-bit types, from
+    LOOPED_CAUSAL_BACKWARD_MIN_COLS columns, takes the looped kernel even where a row
+    fits one block. There the one-block kernel is bound by its arithmetic, half of it
+    spent on the masked triangle; the looped kernel stops each row at its diagonal.
+    In float32, bound by bytes, one block stays ahead.
+    """
+    if causal and element_size <= 2 and LOOPED_CAUSAL_BACKWARD_MIN_COLS <= n_cols <= SINGLE_BLOCK_MAX_COLS:
+        return _looped_tiles(n_cols)
+    return _tiles(n_cols, element_size)
+
+
+def looped_grid(n_rows, n_cols):
+    """Grid of the looped kernels: programs taking rows in turn. Pass 2 of a row
+    re-reads what pass 1 read; for rows wider than a block, a few programs a
+    multiprocessor keep few rows in flight, so more of them is still in L2 (tens of
+    megabytes) and need not come from memory again. Rows that would fit a block are
+    small enough to stay in L2 with many in flight, and many programs hide latency."""
+    programs_per_sm = LOOPED_PROGRAMS_PER_SM if n_cols > SINGLE_BLOCK_MAX_COLS else SHORT_ROW_LOOPED_PROGRAMS_PER_SM
+    return (min(n_rows, programs_per_sm * multiprocessor_count()),)
+
+
+def _as_matrices(x):
+    """View x of shape (..., N) as (matrices, rows a matrix, N), copying only when the
+    leading dimensions cannot be merged. Keeping the last two dimensions apart lets
+    kernels read any strides there, a transposed matrix included, without a copy."""
+    rows_per_matrix = x.shape[-2] if x.ndim >= 2 else 1
+    return x.reshape(-1, rows_per_matrix, x.shape[-1])
+
+
+def _check_index_headroom(n_rows, n_cols, block_rows, block_cols):
+    """Kernels count rows and columns in 32 bits, up to one tile past the end."""
+    for name, size, tile in (("rows", n_rows, block_rows), ("columns", n_cols, block_cols)):
+        if size > INT32_LIMIT - tile:
+            raise ValueError(
+                f"softmax: {size} {name} are too many for 32-bit indices with tiles of "
+                f"{block_rows} x {block_cols}; at most {INT32_LIMIT - tile}"
+            )
+
+
+def softmax_forward(x, causal, tiles=None, diagonal=0):
+    """Launch a forward kernel; ``tiles`` overrides (BLOCK_ROWS, BLOCK_COLS, num_warps).
+    A causal query i sees keys j <= i + ``diagonal``."""
+    if x.numel() == 0:
+        return torch.empty(x.shape, device=x.device, dtype=x.dtype)
+    x3d = _as_matrices(x)
+    n_matrices, rows_per_matrix, n_cols = x3d.shape
+    n_rows = n_matrices * rows_per_matrix
+    block_rows, block_cols, num_warps = tiles or forward_tiles(n_cols, x.element_size())
+    _check_index_headroom(n_rows, n_cols, block_rows, block_cols)
+    y = torch.empty(x.shape, device=x.device, dtype=x.dtype)
+    y2d = y.view(n_rows, n_cols)
+    strides = (*x3d.stride(), y2d.stride(0))
+    with on_device_of(x):
+        if block_cols >= n_cols:
+            launch(softmax_forward_kernel, (cdiv(n_rows, block_rows),),
+                x3d, y2d, n_rows, rows_per_matrix, n_cols, diagonal, *strides,
+                CAUSAL=causal, BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, num_warps=num_warps,
+            )
+        else:
+            assert block_rows == 1, "the looped kernels work on one row at a time"
+            launch(softmax_forward_looped_kernel, looped_grid(n_rows, n_cols),
+                x3d, y2d, n_rows, rows_per_matrix, n_cols, diagonal, *strides,
+                CAUSAL=causal, BLOCK_COLS=block_cols, num_warps=num_warps,
+            )
+    return y
+
+
+def softmax_backward(y, grad_y, causal, tiles=None, diagonal=0):
+    """Launch a backward kernel: grad_x from the forward's output y and grad_y (any
+    strides), with the forward's ``causal`` and ``diagonal``."""
+    if y.numel() == 0:
+        return torch.empty(y.shape, device=y.device, dtype=y.dtype)
+    grad_y3d = _as_matrices(grad_y)
+    n_matrices, rows_per_matrix, n_cols = grad_y3d.shape
+    n_rows = n_matrices * rows_per_matrix
+    block_rows, block_cols, num_warps = tiles or backward_tiles(n_cols, y.element_size(), causal=causal)
+    _check_index_headroom(n_rows, n_cols, block_rows, block_cols)
+    y2d = y.reshape(n_rows, n_cols)  # the forward wrote y row-major: a view
+    grad_x = torch.empty(y.shape, device=y.device, dtype=y.dtype)
+    grad_x2d = grad_x.view(n_rows, n_cols)
+    strides = (y2d.stride(0), *grad_y3d.stride(), grad_x2d.stride(0))
+    with on_device_of(y):
+        if block_cols >= n_cols:
+            launch(softmax_backward_kernel, (cdiv(n_rows, block_rows),),
+                y2d, grad_y3d, grad_x2d, n_rows, rows_per_matrix, n_cols, diagonal, *strides,
+                CAUSAL=causal, BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, num_warps=num_warps,
+            )
+        else:
+            assert block_rows == 1, "the looped kernels work on one row at a time"
+            launch(softmax_backward_looped_kernel, looped_grid(n_rows, n_cols),
+                y2d, grad_y3d, grad_x2d, n_rows, rows_per_matrix, n_cols, diagonal, *strides,
+                CAUSAL=causal, BLOCK_COLS=block_cols, num_warps=num_warps,
+            )
+    return grad_x
+
+
+# --------------------------------------------------------------------------- autograd
+
+
+class SoftmaxFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, causal, diagonal):
+        y = softmax_forward(x, causal, diagonal=diagonal)
+        ctx.save_for_backward(y)
+        ctx.causal, ctx.diagonal = causal, diagonal
+        return y
+
+    @staticmethod
+    @first_order_only("softmax")
+    def backward(ctx, grad_y):
+        (y,) = ctx.saved_tensors
+        return softmax_backward(y, grad_y, ctx.causal, diagonal=ctx.diagonal), None, None
+
+
+# -------------------------------------------------------------------- custom operator
+# What torch.compile traces: operators whose bodies inductor sees through on a GPU
+# (see weighted_sum.py's operators for how, and why eager calls keep the
+# autograd.Function).
+
+
+@kernel_operator("course_lib::softmax")
+def softmax_op(x: torch.Tensor, causal: bool, diagonal: int) -> torch.Tensor:
+    return softmax_forward(x, causal, diagonal=diagonal)
+
+
+@kernel_operator("course_lib::softmax_backward")
+def softmax_backward_op(y: torch.Tensor, grad_y: torch.Tensor, causal: bool, diagonal: int) -> torch.Tensor:
+    return softmax_backward(y, grad_y, causal, diagonal=diagonal)
+
+
+def _save_output(ctx, inputs, output):
+    ctx.save_for_backward(output)
+    ctx.causal, ctx.diagonal = inputs[1], inputs[2]
+
+
+def _softmax_op_backward(ctx, grad_y):
+    (y,) = ctx.saved_tensors
+    return softmax_backward_op(y, grad_y, ctx.causal, ctx.diagonal), None, None
+
+
+softmax_op.register_autograd(_softmax_op_backward, setup_context=_save_output)
+
+
+# ------------------------------------------------------------------------------ public
+
+
+def _check_input(op, x, causal, diagonal=None):
+    if not isinstance(causal, bool):
+        raise TypeError(f"{op}: causal must be True or False, got {causal!r}")
+    if diagonal is not None and (isinstance(diagonal, bool) or not isinstance(diagonal, int)):
+        raise TypeError(f"{op}: diagonal must be an int or None, got {diagonal!r}")
+    check_tensor(op, "x", x, min_ndim=2 if causal else 1)
+    if causal and diagonal is None and x.shape[-1] != x.shape[-2]:
+        raise ValueError(
+            f"{op}: a causal mask needs square matrices in the last two dimensions, (..., n, n), "
+            f"or a diagonal saying where the keys of non-square scores (..., m, n) start: "
+            f"diagonal=n - m aligns the last query with the last key, diagonal=0 the first with the first; "
+            f"got x of shape {tuple(x.shape)}"
+        )
+    n_cols = x.shape[-1]
+    check_index_range(op, columns=n_cols, rows=x.numel() // n_cols if n_cols else 0)
+
+
+def _softmax(op, x, causal, diagonal):
+    if torch.compiler.is_compiling():
+        return softmax_op(x, causal, diagonal)
+    if wants_gradient(op, x=x):
+        return SoftmaxFunction.apply(x, causal, diagonal)
+    return softmax_forward(x, causal, diagonal=diagonal)  # no gradient wanted: skip autograd's bookkeeping
+
+
+def softmax(x, causal=False):
+    """``torch.softmax(x, -1)`` with Triton kernels, differentiable.
+
+    x: (..., N) float32, float16 or bfloat16, any strides. With ``causal=True``, x is
+    (..., n, n) and row i sees only columns j <= i, as in :func:`causal_softmax`.
+    Computes in float32 and returns x's shape and dtype. A row whose every visible
+    entry is -inf gives zeros (and a zero gradient) instead of NaN.
+    """
+    op = "causal_softmax" if causal is True else "softmax"
+    _check_input(op, x, causal)
+    return _softmax(op, x, causal, 0)
+
+
+def causal_softmax(x, diagonal=None):
+    """Softmax of attention scores x (..., m, n) where query i sees keys j <= i + diagonal.
+
+    Without ``diagonal`` the scores must be square, (..., n, n), and query i sees keys
+    j <= i. Non-square scores need it said which key is on a query's diagonal, as in
+    ``torch.tril(diagonal=...)``: ``diagonal=n - m`` for m new queries after n - m
+    earlier keys (the last query sees every key), ``diagonal=0`` for the top-left
+    corner. A query that sees no key (i + diagonal < 0) gets zeros.
+
+    Hidden entries (j > i + diagonal) take no part and come out exactly 0 (in a row
+    made NaN by a NaN key, possibly NaN). They are not read either, apart from the few
+    next to the diagonal that share its 16-element load (FETCH_GROUP).
+    """
+    _check_input("causal_softmax", x, True, diagonal)
+    if diagonal is None:
+        diagonal = 0
+    rows, cols = x.shape[-2:]
+    # Beyond these bounds every key is hidden or visible: clamping keeps the kernels' 32-bit sums exact.
+    return _softmax("causal_softmax", x, True, max(-rows, min(cols, diagonal)))

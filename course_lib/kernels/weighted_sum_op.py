@@ -1,0 +1,302 @@
+"""Weighted sum over the last dimension: y[..., ] = sum_d x[..., d] * weight[d].
+
+Chapter 1. Read top to bottom: the Triton kernels, the host launchers that pick tiles
+and grids, the ``torch.autograd.Function``, and the public ``weighted_sum``.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from ..core.rows import as_rows, known_multiple_of, sum_partial_rows, vector_width, width_hint
+from ..core.runtime import cdiv, kernel_operator, launch, multiprocessor_count, next_power_of_2
+from ..core.validation import (
+    check_index_range,
+    check_same_device_and_dtype,
+    check_tensor,
+    first_order_only,
+    on_device_of,
+    wants_gradient,
+)
+
+# ---------------------------------------------------------------------------- kernels
+
+
+@triton.jit
+def _weighted_tile(x_row_ptrs, weight_ptr, cols, n_cols, row_mask, stride_x_col, stride_weight,
+                   X_EVICTION: tl.constexpr):
+    """x[rows, cols] * weight[cols] in float32, zero outside the matrix."""
+    col_mask = cols < n_cols
+    x = tl.load(
+        x_row_ptrs + cols[None, :].to(tl.int64) * stride_x_col,
+        mask=row_mask[:, None] & col_mask[None, :],
+        other=0.0,
+        eviction_policy=X_EVICTION,
+    )
+    w = tl.load(weight_ptr + cols * stride_weight, mask=col_mask, other=0.0)
+    return x.to(tl.float32) * w.to(tl.float32)[None, :]
+
+
+@triton.jit
+def weighted_sum_forward_kernel(
+    x_ptr, weight_ptr, y_ptr,
+    n_rows, n_cols,
+    stride_x_row, stride_x_col, stride_weight, stride_y,
+    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, NUM_STAGES: tl.constexpr,
+    WHOLE_ROWS: tl.constexpr, VEC: tl.constexpr,
+):
+    """One program computes BLOCK_ROWS outputs.
+
+    WHOLE_ROWS (the launcher sets it when BLOCK_COLS >= n_cols): one tile holds the
+    program's rows, loaded once, with no loop. Otherwise the program walks the
+    columns a tile at a time.
+    """
+    n_cols = known_multiple_of(n_cols, VEC)
+    stride_x_row = known_multiple_of(stride_x_row, VEC)
+    row_block = tl.program_id(0)
+    rows = row_block * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    row_mask = rows < n_rows
+    # 64-bit row offsets: rows * stride can pass 2**31 on large inputs.
+    x_row_ptrs = x_ptr + rows.to(tl.int64)[:, None] * stride_x_row
+    if WHOLE_ROWS:
+        # x is read once: "evict_first" lets its lines be the first to leave the
+        # cache. Across several column tiles it did not pay, so the loop below keeps
+        # the default (benchmarks/tune_weighted_sum.py).
+        acc = _weighted_tile(x_row_ptrs, weight_ptr, tl.arange(0, BLOCK_COLS), n_cols, row_mask,
+                             stride_x_col, stride_weight, "evict_first")
+    else:
+        # Accumulate a whole tile in float32 and reduce once at the end: one
+        # reduction per program instead of one per column tile.
+        acc = tl.zeros((BLOCK_ROWS, BLOCK_COLS), dtype=tl.float32)
+        # num_stages > 1 lets the compiler issue the next tiles' loads before this one is used.
+        for col_start in tl.range(0, n_cols, BLOCK_COLS, num_stages=NUM_STAGES):
+            acc += _weighted_tile(x_row_ptrs, weight_ptr, col_start + tl.arange(0, BLOCK_COLS), n_cols, row_mask,
+                                  stride_x_col, stride_weight, "")
+    y = tl.sum(acc, axis=1)
+    tl.store(y_ptr + rows.to(tl.int64) * stride_y, y.to(y_ptr.dtype.element_ty), mask=row_mask)
+
+
+@triton.jit
+def weighted_sum_backward_kernel(
+    x_ptr, weight_ptr, grad_y_ptr, grad_x_ptr, partial_grad_weight_ptr,
+    n_rows, n_cols, rows_per_program,
+    stride_x_row, stride_x_col, stride_weight, stride_grad_y,
+    stride_grad_x_row, stride_grad_x_col, stride_partial_row,
+    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, NUM_STAGES: tl.constexpr, VEC: tl.constexpr,
+):
+    """Program (c, g) owns columns block c and the rows of group g.
+
+    grad_x[m, d] = grad_y[m] * weight[d] is an outer product, written tile by tile.
+    grad_weight[d] = sum_m x[m, d] * grad_y[m] needs every row: each program adds up
+    its own rows and writes one partial row; the launcher sums the partials in a
+    fixed order, so the result is the same from run to run (no atomics).
+    """
+    n_cols = known_multiple_of(n_cols, VEC)
+    stride_x_row = known_multiple_of(stride_x_row, VEC)
+    stride_grad_x_row = known_multiple_of(stride_grad_x_row, VEC)
+    col_block = tl.program_id(0)
+    row_group = tl.program_id(1)
+    cols = col_block * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+    col_mask = cols < n_cols
+    col_offsets_x = cols[None, :].to(tl.int64) * stride_x_col
+    col_offsets_grad_x = cols[None, :].to(tl.int64) * stride_grad_x_col
+    w = tl.load(weight_ptr + cols * stride_weight, mask=col_mask, other=0.0).to(tl.float32)
+
+    acc = tl.zeros((BLOCK_ROWS, BLOCK_COLS), dtype=tl.float32)
+    first_row = row_group * rows_per_program
+    last_row = tl.minimum(first_row + rows_per_program, n_rows)
+    for row_start in tl.range(first_row, last_row, BLOCK_ROWS, num_stages=NUM_STAGES):
+        rows = row_start + tl.arange(0, BLOCK_ROWS)
+        row_mask = rows < last_row
+        mask = row_mask[:, None] & col_mask[None, :]
+        rows64 = rows.to(tl.int64)
+        g = tl.load(grad_y_ptr + rows64 * stride_grad_y, mask=row_mask, other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + rows64[:, None] * stride_x_row + col_offsets_x, mask=mask, other=0.0)
+        acc += x.to(tl.float32) * g[:, None]
+        grad_x = g[:, None] * w[None, :]
+        tl.store(
+            grad_x_ptr + rows64[:, None] * stride_grad_x_row + col_offsets_grad_x,
+            grad_x.to(grad_x_ptr.dtype.element_ty),
+            mask=mask,
+        )
+    partial = tl.sum(acc, axis=0)
+    tl.store(partial_grad_weight_ptr + row_group * stride_partial_row + cols, partial, mask=col_mask)
+
+
+# -------------------------------------------------------------------------- launchers
+
+
+FORWARD_TILE_BYTES = 16384
+
+
+def forward_tiles(n_cols, element_size, wide_loads=True):
+    """(BLOCK_ROWS, BLOCK_COLS, num_warps, NUM_STAGES) for the forward kernel.
+
+    ``wide_loads``: whether Triton can read x 16 bytes at a time (``vector_width``).
+    The choices, each the best of benchmarks/tune_weighted_sum.py's sweep:
+
+    * Whole rows in tiles of 16 KiB on 16 warps, a KiB of x a warp, loaded without a
+      loop (a loop of one trip over the same tile is slower). Widths between powers of
+      two pad the tile, and lose what the padding costs.
+    * When loads are narrower, fewer warps, each with more values in flight: a warp for
+      every 1024 columns of the tile, at least two rows and 4 KiB.
+    * Rows wider than 16 KiB are walked two at a time in tiles of 16 KiB on 4 warps;
+      pipelining that loop only slowed it.
+    """
+    row_block = next_power_of_2(n_cols)
+    row_bytes = row_block * element_size
+    if row_bytes > FORWARD_TILE_BYTES:
+        return 2, FORWARD_TILE_BYTES // 2 // element_size, 4, 1
+    if wide_loads:
+        return FORWARD_TILE_BYTES // row_bytes, row_block, 16, 1
+    return max(2, 4096 // row_bytes), row_block, max(1, row_block // 1024), 1
+
+
+def backward_tiles(n_cols, element_size):
+    """(BLOCK_ROWS, BLOCK_COLS, num_warps, NUM_STAGES) for the backward kernel.
+
+    Narrower column blocks than the forward: each program keeps a float32 partial
+    grad_weight for its columns, and more column blocks mean more programs. From the
+    same sweep: float32 is best at 16 x 256 tiles, 16-bit types at 32 x 128. When one
+    block spans the whole row each program walks many rows, and pipelining that loop
+    three deep gained 3-6% (D = 128); elsewhere it gained nothing.
+    """
+    tile_bytes, row_bytes = (16384, 1024) if element_size == 4 else (8192, 256)
+    block_cols = min(next_power_of_2(n_cols), row_bytes // element_size)
+    block_rows = max(1, tile_bytes // element_size // block_cols)
+    return block_rows, block_cols, 4, 3 if block_cols >= n_cols else 1
+
+
+BACKWARD_PROGRAMS_PER_SM = 4
+
+
+def _check_inputs(op, x, weight):
+    check_tensor(op, "x", x)
+    check_tensor(op, "weight", weight)
+    check_same_device_and_dtype(op, x=x, weight=weight)
+    if weight.ndim != 1 or weight.shape[0] != x.shape[-1]:
+        raise ValueError(
+            f"{op}: weight must have shape (D,) with D = x.shape[-1] = {x.shape[-1]}; "
+            f"got weight of shape {tuple(weight.shape)} for x of shape {tuple(x.shape)}"
+        )
+    if x.shape[-1] == 0:
+        raise ValueError(f"{op}: the last dimension D of x must be at least 1, got x of shape {tuple(x.shape)}")
+    check_index_range(op, D=x.shape[-1], M=x.numel() // x.shape[-1])
+
+
+def weighted_sum_forward(x, weight, tiles=None):
+    """Launch the forward kernel; ``tiles`` overrides (BLOCK_ROWS, BLOCK_COLS, num_warps, NUM_STAGES)."""
+    x2d = as_rows(x)
+    n_rows, n_cols = x2d.shape
+    y = torch.empty(n_rows, device=x.device, dtype=x.dtype)
+    if n_rows == 0:
+        return y.reshape(x.shape[:-1])
+    vec = vector_width(x2d)
+    block_rows, block_cols, num_warps, num_stages = tiles or forward_tiles(
+        n_cols, x.element_size(), wide_loads=vec * x.element_size() == 16
+    )
+    grid = (cdiv(n_rows, block_rows),)
+    with on_device_of(x):
+        launch(weighted_sum_forward_kernel, grid,
+            x2d, weight, y,
+            n_rows, n_cols,
+            x2d.stride(0), x2d.stride(1), weight.stride(0), y.stride(0),
+            BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, NUM_STAGES=num_stages, WHOLE_ROWS=block_cols >= n_cols,
+            VEC=width_hint(x2d, vec=vec), num_warps=num_warps,
+        )
+    return y.reshape(x.shape[:-1])
+
+
+def weighted_sum_backward(x, weight, grad_y, tiles=None):
+    """Launch the backward kernel; return (grad_x, grad_weight)."""
+    x2d = as_rows(x)
+    n_rows, n_cols = x2d.shape
+    grad_y = grad_y.reshape(n_rows)
+    grad_x = torch.empty((n_rows, n_cols), device=x.device, dtype=x.dtype)
+    if n_rows == 0:
+        return grad_x.reshape(x.shape), torch.zeros_like(weight)
+    block_rows, block_cols, num_warps, num_stages = tiles or backward_tiles(n_cols, x.element_size())
+    col_blocks = cdiv(n_cols, block_cols)
+    # Enough row groups for BACKWARD_PROGRAMS_PER_SM programs a multiprocessor, each a
+    # whole number of row tiles; fewer groups mean fewer partial rows to add up after.
+    wanted_groups = max(1, BACKWARD_PROGRAMS_PER_SM * multiprocessor_count() // col_blocks)
+    rows_per_program = block_rows * cdiv(cdiv(n_rows, wanted_groups), block_rows)
+    row_groups = cdiv(n_rows, rows_per_program)
+    partial = torch.empty((row_groups, n_cols), device=x.device, dtype=torch.float32)
+    with on_device_of(x):
+        launch(weighted_sum_backward_kernel, (col_blocks, row_groups),
+            x2d, weight, grad_y, grad_x, partial,
+            n_rows, n_cols, rows_per_program,
+            x2d.stride(0), x2d.stride(1), weight.stride(0), grad_y.stride(0),
+            grad_x.stride(0), grad_x.stride(1), partial.stride(0),
+            BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, NUM_STAGES=num_stages,
+            VEC=width_hint(x2d, grad_x), num_warps=num_warps,
+        )
+        grad_weight = sum_partial_rows(partial, weight.dtype)
+    return grad_x.reshape(x.shape), grad_weight
+
+
+# --------------------------------------------------------------------------- autograd
+
+
+class WeightedSumFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight):
+        ctx.save_for_backward(x, weight)
+        return weighted_sum_forward(x, weight)
+
+    @staticmethod
+    @first_order_only("weighted_sum")
+    def backward(ctx, grad_y):
+        x, weight = ctx.saved_tensors
+        grad_x, grad_weight = weighted_sum_backward(x, weight, grad_y)
+        return grad_x, grad_weight
+
+
+# -------------------------------------------------------------------- custom operator
+# What torch.compile traces (chapter 5). On a GPU these are torch.library.triton_op
+# operators (runtime.kernel_operator): torch.compile runs the body once on fake tensors,
+# the launchers above with every kernel they launch recorded through
+# torch.library.wrap_triton, and inductor then launches those kernels from its own code,
+# so a compiled step pays none of this Python and CUDA graphs capture the kernels. Eager
+# calls keep the autograd.Function: the dispatcher an operator goes through costs tens
+# of microseconds of host time a call.
+
+
+@kernel_operator("course_lib::weighted_sum")
+def weighted_sum_op(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return weighted_sum_forward(x, weight)
+
+
+@kernel_operator("course_lib::weighted_sum_backward")
+def weighted_sum_backward_op(x: torch.Tensor, weight: torch.Tensor,
+                             grad_y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return weighted_sum_backward(x, weight, grad_y)
+
+
+def _save_inputs(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def _weighted_sum_op_backward(ctx, grad_y):
+    return weighted_sum_backward_op(*ctx.saved_tensors, grad_y)
+
+
+weighted_sum_op.register_autograd(_weighted_sum_op_backward, setup_context=_save_inputs)
+
+
+# ------------------------------------------------------------------------------ public
+
+
+def weighted_sum(x, weight):
+    """``(x * weight).sum(-1)`` with Triton kernels, differentiable in both arguments.
+
+    x: (..., D) float32, float16 or bfloat16, any strides; weight: (D,), same dtype and
+    device (``x @ weight`` refuses mixed dtypes too: cast one). Accumulates in float32; returns x.shape[:-1] in x's dtype.
+    """
+    _check_inputs("weighted_sum", x, weight)
+    if torch.compiler.is_compiling():
+        return weighted_sum_op(x, weight)
+    if wants_gradient("weighted_sum", x=x, weight=weight):
+        return WeightedSumFunction.apply(x, weight)
+    return weighted_sum_forward(x, weight)  # no gradient wanted: skip autograd's bookkeeping

@@ -1,0 +1,272 @@
+"""A task that needs routing, and a small decoder of routed blocks that learns it.
+
+Associative recall: a long sequence of noise holds a few (key, value) pairs; at its end
+the keys come again, each followed by its value, and the model must predict the value
+after each key. The pair may be thousands of tokens back, far outside the light
+branch's window: only the heavy branch can fetch it, and only if the router picks the
+pair's tokens. Noise and keys are drawn from separate ranges of the vocabulary, so
+whether a token matters can be read off the token itself, which a router can learn.
+
+The same function trains the decoder on course_lib's kernels, on the PyTorch
+references, or on the colt5-attention package's modules, at one seed.
+"""
+
+import json
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..core.benchmarking import RESULTS_DIR
+from .routed import COURSE_OPS, REFERENCE_OPS, Norm, RoutedBlock
+from ..core.runtime import DEVICE
+
+IMPLS = ("course_lib", "reference", "colt5_attention")
+IGNORE = -100  # target of the positions that carry no loss (cross_entropy's ignore_index)
+
+
+class RecallTask(NamedTuple):
+    """Sizes of the task: the vocabulary holds noise, keys and values, in that order."""
+
+    seq_len: int = 256
+    n_pairs: int = 4
+    n_noise: int = 32
+    n_keys: int = 16
+    n_values: int = 16
+
+    @property
+    def vocab(self):
+        return self.n_noise + self.n_keys + self.n_values
+
+
+def recall_batch(task, batch, generator, device="cpu"):
+    """(tokens, targets), both (batch, seq_len) int64.
+
+    The first part is noise with ``n_pairs`` (key, value) pairs at random places; the
+    last 2 * n_pairs tokens repeat the keys in another order, each followed by its
+    value. targets holds the value at each repeated key's position (the next token to
+    predict) and IGNORE everywhere else.
+    """
+    n_noise, n_keys, n_pairs, seq_len = task.n_noise, task.n_keys, task.n_pairs, task.seq_len
+    body = seq_len - 2 * n_pairs
+    if body < 2 * n_pairs or n_pairs > n_keys:
+        raise ValueError(f"recall_batch: seq_len {seq_len} too short or n_keys {n_keys} too few "
+                         f"for {n_pairs} pairs")
+    tokens = torch.randint(0, n_noise, (batch, seq_len), generator=generator)
+    targets = torch.full((batch, seq_len), IGNORE)
+    rows = torch.arange(batch)[:, None]
+    keys = torch.rand(batch, n_keys, generator=generator).argsort(dim=-1)[:, :n_pairs] + n_noise
+    values = torch.randint(0, task.n_values, (batch, n_pairs), generator=generator) + n_noise + n_keys
+    # Pair slots: the body cut into n_pairs stretches of even length, one pair at an
+    # even offset inside each, so pairs never overlap.
+    stretch = body // n_pairs
+    offsets = 2 * torch.randint(0, stretch // 2, (batch, n_pairs), generator=generator)
+    key_positions = torch.arange(n_pairs) * stretch + offsets
+    tokens[rows, key_positions] = keys
+    tokens[rows, key_positions + 1] = values
+    order = torch.rand(batch, n_pairs, generator=generator).argsort(dim=-1)
+    query_positions = body + 2 * torch.arange(n_pairs)
+    tokens[rows, query_positions] = keys.gather(1, order)
+    tokens[rows, query_positions + 1] = values.gather(1, order)
+    targets[rows, query_positions] = values.gather(1, order)
+    return tokens.to(device), targets.to(device)
+
+
+def _with_float32_scores(coor_descent):
+    """colt5-attention's Triton router takes log k in the scores' dtype, which Triton
+    refuses for bfloat16 ("Expected dtype ['fp32', 'fp64'] but got bf16"): the smallest
+    change that lets a bfloat16 block run it gives it float32 scores, and returns the
+    routing weights in the scores' dtype."""
+    def float32_scores(s, **settings):
+        return coor_descent(s.float(), **settings).to(s.dtype)
+    return float32_scores
+
+
+class Colt5Block(nn.Module):
+    """The colt5-attention package's routed attention and feed-forward, added as
+    RoutedBlock adds its branches. Its queries are routed per window of the light
+    branch's size: ``queries_per_window`` of them, by default num_heavy_tokens spread
+    over the windows."""
+
+    def __init__(self, dim, *, num_heavy_tokens, seq_len, light_window_size, heads, dim_head, use_triton,
+                 router_kwargs=None, queries_per_window=None):
+        super().__init__()
+        from colt5_attention import ConditionalRoutedAutoregressiveAttention, ConditionalRoutedFeedForward
+
+        queries_per_window = queries_per_window or max(1, num_heavy_tokens * light_window_size // seq_len)
+        router_kwargs = router_kwargs or {}
+        self.attn = ConditionalRoutedAutoregressiveAttention(
+            dim, num_heavy_tokens_q=queries_per_window, num_heavy_tokens_kv=num_heavy_tokens,
+            light_window_size=light_window_size, light_heads=heads, light_dim_head=dim_head, heavy_heads=heads,
+            heavy_dim_head=dim_head, use_triton=use_triton, router_kwargs=router_kwargs,
+        )
+        self.ff = ConditionalRoutedFeedForward(dim, num_heavy_tokens=num_heavy_tokens, use_triton=use_triton,
+                                               router_kwargs=router_kwargs)
+        if use_triton:
+            from colt5_attention.transformer_block import CoordinateDescentRouter
+
+            for router in self.modules():
+                if isinstance(router, CoordinateDescentRouter):
+                    router.coor_descent = _with_float32_scores(router.coor_descent)
+
+    def forward(self, x, mask=None):
+        x = x + self.attn(x)
+        return x + self.ff(x, mask=mask)
+
+
+def routed_block(impl, dim, *, num_heavy_tokens, seq_len, light_window_size=128, heads=8, dim_head=64,
+                 router_kwargs=None, colt5_queries_per_window=None):
+    """One routed block of ``impl`` (one of IMPLS); colt5_attention's router runs its
+    Triton kernel on a GPU and its PyTorch code elsewhere. ``router_kwargs`` go to every
+    router of the block (both implementations take the same names: eps, n_iters, ...).
+    ``colt5_queries_per_window``: the queries the package routes in each light window
+    (Colt5Block's default if None); only the package has that setting."""
+    if impl == "colt5_attention":
+        return Colt5Block(dim, num_heavy_tokens=num_heavy_tokens, seq_len=seq_len,
+                          light_window_size=light_window_size, heads=heads, dim_head=dim_head,
+                          use_triton=torch.cuda.is_available(), router_kwargs=router_kwargs,
+                          queries_per_window=colt5_queries_per_window)
+    if impl not in IMPLS:
+        raise ValueError(f"routed_block: impl must be one of {', '.join(IMPLS)}; got {impl!r}")
+    if colt5_queries_per_window is not None:
+        raise ValueError(f"routed_block: colt5_queries_per_window is colt5_attention's setting; {impl} routes "
+                         "its queries over the whole sequence")
+    ops = COURSE_OPS if impl == "course_lib" else REFERENCE_OPS
+    return RoutedBlock(dim, num_heavy_tokens=num_heavy_tokens, light_window_size=light_window_size, heads=heads,
+                       dim_head=dim_head, router_kwargs=router_kwargs, ops=ops)
+
+
+class RecallModel(nn.Module):
+    """Embeddings (token and position), ``depth`` routed blocks, a norm, the logits."""
+
+    def __init__(self, impl, task, *, dim=64, depth=2, num_heavy_tokens=32, light_window_size=16, heads=4,
+                 dim_head=16, router_kwargs=None, colt5_queries_per_window=None):
+        super().__init__()
+        self.token_embedding = nn.Embedding(task.vocab, dim)
+        self.position_embedding = nn.Embedding(task.seq_len, dim)
+        self.blocks = nn.ModuleList(
+            routed_block(impl, dim, num_heavy_tokens=num_heavy_tokens, seq_len=task.seq_len,
+                         light_window_size=light_window_size, heads=heads, dim_head=dim_head,
+                         router_kwargs=router_kwargs, colt5_queries_per_window=colt5_queries_per_window)
+            for _ in range(depth)
+        )
+        ops = COURSE_OPS if impl == "course_lib" else REFERENCE_OPS
+        self.norm = Norm(dim, ops)
+        self.to_logits = nn.Linear(dim, task.vocab)
+
+    def forward(self, tokens):
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
+        x = self.token_embedding(tokens) + self.position_embedding(positions)
+        for block in self.blocks:
+            x = block(x)
+        return self.to_logits(self.norm(x))
+
+
+class TrainingRun(NamedTuple):
+    losses: list  # one a step
+    accuracy: float  # of the values predicted on a fresh batch after training
+
+
+def recall_loss_and_accuracy(model, tokens, targets):
+    logits = model(tokens)
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE)
+    answered = targets != IGNORE
+    accuracy = (logits.argmax(dim=-1)[answered] == targets[answered]).float().mean().item()
+    return loss, accuracy
+
+
+def train_recall(impl, task=RecallTask(), *, steps=200, batch=32, lr=3e-3, seed=0, device=DEVICE, dtype=torch.float32,
+                 eval_batch=None, **model_kwargs):
+    """Train a RecallModel of ``impl`` for ``steps`` AdamW steps on fresh batches.
+
+    One seed sets the model's initial weights and every batch, so impls trained at the
+    same seed see the same data. Returns the loss of every step and the accuracy on a
+    fresh batch of ``eval_batch`` sequences (``batch`` if None) after training.
+    """
+    torch.manual_seed(seed)
+    model = RecallModel(impl, task, **model_kwargs).to(device=device, dtype=dtype)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    generator = torch.Generator().manual_seed(seed)
+    losses = []
+    for _ in range(steps):
+        tokens, targets = recall_batch(task, batch, generator, device)
+        loss, _ = recall_loss_and_accuracy(model, tokens, targets)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.detach())  # no .item() here: waiting for the GPU every step would idle it
+    with torch.no_grad():
+        _, accuracy = recall_loss_and_accuracy(model, *recall_batch(task, eval_batch or batch, generator, device))
+    return TrainingRun(torch.stack(losses).tolist() if losses else [], accuracy)
+
+
+def light_branch_reach(task, light_window_size, sequences=4000, seed=0):
+    """The fraction of the recalled pairs whose value stands within the light attention
+    of the query that asks for it (the query's window or the one before), over
+    ``sequences`` sequences of ``recall_batch``. A model that solves exactly those and
+    guesses the rest reaches an accuracy of reach + (1 - reach) / n_values."""
+    tokens, targets = recall_batch(task, sequences, torch.Generator().manual_seed(seed))
+    query_positions = (targets[0] != IGNORE).nonzero().flatten()  # the same in every sequence
+    reach_from = (query_positions // light_window_size - 1) * light_window_size
+    in_body = tokens[:, :task.seq_len - 2 * task.n_pairs]
+    reached = 0
+    for query, start in zip(query_positions.tolist(), reach_from.tolist()):
+        key_position = (in_body == tokens[:, query, None]).int().argmax(dim=1)  # keys are distinct: one match
+        reached += (key_position + 1 >= start).sum().item()
+    return reached / (sequences * len(query_positions))
+
+
+# ------------------------------------------------------------------ chapter 6's runs
+# Chapter 6 trains four decoders for 3000 steps each, about six minutes on an H100: too
+# long to repeat whenever the notebook runs. benchmarks/train_recall.py trains them
+# and stores their curves under results/training/, one file a GPU, which the chapter
+# plots beside a short run of its own.
+
+CHAPTER_TASK = RecallTask(seq_len=128, n_pairs=2)
+CHAPTER_SETTINGS = dict(steps=3000, batch=32, eval_batch=1024, lr=3e-3, dim=64, depth=2, num_heavy_tokens=16,
+                        light_window_size=8, heads=4, dim_head=16)
+# name -> train_recall's arguments beside CHAPTER_SETTINGS. The package routes its
+# queries window by window; 2 in each window of 8 lets it route both queries that ask
+# for a value (they share the last window), as the others' 16 of 128 can.
+CHAPTER_RUNS = {
+    "course_lib, eps 0.03": dict(impl="course_lib"),
+    "course_lib, eps 1.0": dict(impl="course_lib", router_kwargs=dict(eps=1.0)),
+    "reference, eps 1.0": dict(impl="reference", router_kwargs=dict(eps=1.0)),
+    "colt5_attention, eps 1.0": dict(impl="colt5_attention", router_kwargs=dict(eps=1.0), colt5_queries_per_window=2),
+}
+# One run is one sample: a rounding that decides a near tie in a top-k differently sends
+# it down another path. course_lib at both settings of eps is trained again from other
+# seeds (other initial weights and batches), to see which differences outlast the seed.
+SEED_STUDY = ("course_lib, eps 0.03", "course_lib, eps 1.0")
+EXTRA_SEEDS = (1, 2, 3)
+CHAPTER_RUNS.update({f"{name}, seed {seed}": dict(CHAPTER_RUNS[name], seed=seed)
+                     for name in SEED_STUDY for seed in EXTRA_SEEDS})
+TRAINING_RESULTS_DIR = RESULTS_DIR / "training"
+
+
+def load_training_runs(results_dir=TRAINING_RESULTS_DIR):
+    """Every stored file of chapter 6's runs, in file name order: {file stem: document}.
+
+    A document holds the GPU, torch and Triton, the task and settings, and for each run
+    its arguments, the loss of every step, the recall accuracy and the seconds it took.
+    A folder without files gives {} (the chapter then says so)."""
+    return {path.stem: json.loads(path.read_text()) for path in sorted(results_dir.glob("*.json"))}
+
+
+def colt5_with_layernorm(module):
+    """A colt5-attention module with every RMSNorm replaced by a LayerNorm (the course's
+    normalisation), so that the rest of it can be compared with course_lib's."""
+    from colt5_attention.transformer_block import RMSNorm
+
+    for name, child in module.named_children():
+        if isinstance(child, RMSNorm):
+            setattr(module, name, nn.LayerNorm(child.gamma.shape[0], device=child.gamma.device))
+        else:
+            colt5_with_layernorm(child)
+    return module
+
+
+def colt5_state_dict(state):
+    """A course_lib module's state dict in colt5-attention's names: its routing token is (1, dim)."""
+    return {name: t[None] if name.endswith("routing_token") else t for name, t in state.items()}

@@ -1,0 +1,416 @@
+"""CoLT5's conditionally routed block, assembled from the course's four kernels.
+
+CoLT5 (Ainslie et al., 2023) gives every token a cheap *light* branch and sends only k
+tokens, chosen by a learned router, through an expensive *heavy* branch. The heavy
+output is scaled by the routing weights and scattered back to the routed positions, so
+the router learns which tokens deserve the heavy branch. The pieces are the chapters:
+
+- ``layernorm`` (chapter 3) normalises each branch's input;
+- ``weighted_sum`` (chapter 1) scores each token against a learned routing vector;
+- ``coor_descent`` (chapter 4) turns the scores into a smooth top-k, padding masked;
+- ``causal_softmax`` (chapter 2) is the attention of the heavy branch (the routed
+  tokens, kept in sequence order), and of the light branch (local windows) where a
+  padding mask is given; without one the light branch is ``local_attention``'s fused
+  kernel, which never writes its scores.
+
+Matrix products are PyTorch's. Every module takes ``ops``, the four kernels it calls:
+``COURSE_OPS`` (the Triton kernels) by default, or ``REFERENCE_OPS`` (the pure-PyTorch
+references), which makes the same module the block's reference.
+
+Where this differs from the ``colt5-attention`` package (0.11.2), by design:
+
+- LayerNorm where the package uses RMSNorm (its ``F.normalize(x) * sqrt(d) * gamma``);
+  the two agree on rows of zero mean and differ by the mean elsewhere.
+- The routed attention routes one set of k tokens per sequence and attends among them
+  causally in sequence order. The package's ``ConditionalRoutedAutoregressiveAttention``
+  instead cuts the sequence into windows, routes queries within each window and keys
+  from the windows before it, and adds a learned null key; it needs no causal mask but
+  routes keys once per window.
+- Routing looks at the whole sequence (a top-k does), so *which* tokens are routed may
+  depend on later tokens, as in CoLT5's encoder. Attention among the routed tokens is
+  causal. Generating token by token needs routing decided per window, as the package's
+  autoregressive attention does.
+"""
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..core import references
+from ..core.validation import FLOAT_DTYPES, _names
+from ..kernels import MAX_HEAD_DIM, causal_softmax, coor_descent, layernorm, weighted_sum
+from ..kernels import local_causal_attention as fused_local_causal_attention
+
+
+class Ops(NamedTuple):
+    """The kernels a routed block calls: the four chapters' and, where there is one, a
+    fused local attention (None: the light branch writes its scores and calls
+    causal_softmax on them)."""
+
+    layernorm: object
+    weighted_sum: object
+    coor_descent: object
+    causal_softmax: object
+    local_attention: object = None
+
+
+COURSE_OPS = Ops(layernorm, weighted_sum, coor_descent, causal_softmax, fused_local_causal_attention)
+REFERENCE_OPS = Ops(references.layernorm, references.weighted_sum, references.coor_descent,
+                    references.causal_softmax)
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+def _check_positive_int(op, name, value):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{op}: {name} must be an int, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{op}: {name} must be at least 1, got {value}")
+
+
+def _check_width_multiplier(op, name, mult, dim):
+    """A feed-forward's hidden width, int(dim * mult), must be at least 1."""
+    if isinstance(mult, bool) or not isinstance(mult, (int, float)):
+        raise TypeError(f"{op}: {name} must be a number, got {type(mult).__name__}")
+    if not int(dim * mult) >= 1:
+        raise ValueError(f"{op}: {name} = {mult} gives a hidden width int({dim} * {mult}) < 1; "
+                         f"accepted: at least {1 / dim:g}")
+
+
+def check_tokens(op, x, dim, dtype):
+    """x must be (batch, seq, dim) in the module's float dtype."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{op}: x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype != dtype:
+        raise TypeError(f"{op}: x has dtype {x.dtype}; accepted: the module's dtype, {dtype} "
+                        f"(the kernels take {_names(FLOAT_DTYPES)}: cast the module with .to(dtype))")
+    if x.ndim != 3 or x.shape[-1] != dim:
+        raise ValueError(f"{op}: x must have shape (batch, seq, {dim}), got {tuple(x.shape)}")
+
+
+def check_mask(op, mask, x):
+    """mask, if given, is bool (batch, seq): True where a token is real, False for padding."""
+    if mask is None:
+        return
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        raise TypeError(f"{op}: mask must be a bool tensor, got "
+                        f"{mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__}")
+    if tuple(mask.shape) != tuple(x.shape[:2]):
+        raise ValueError(f"{op}: mask must have shape (batch, seq) = {tuple(x.shape[:2])}, got {tuple(mask.shape)}")
+
+
+def check_num_tokens(op, name, num_tokens, seq_len):
+    _check_positive_int(op, name, num_tokens)
+    if num_tokens > seq_len:
+        raise ValueError(f"{op}: {name} = {num_tokens} is larger than the sequence ({seq_len} tokens); "
+                         f"route at most {seq_len}")
+
+
+def _module_dtype(module):
+    return next(module.parameters()).dtype
+
+
+# ----------------------------------------------------------------------- gather, scatter
+
+
+def gather_tokens(x, indices):
+    """x (b, n, d), indices (b, k) -> the k tokens (b, k, d) at those positions."""
+    return x.gather(1, indices[..., None].expand(-1, -1, x.shape[-1]))
+
+
+def scatter_tokens(routed, indices, seq_len):
+    """routed (b, k, d) back to their positions in a (b, seq_len, d) of zeros.
+
+    Out of place (``scatter``, not an indexed assignment), so autograd and torch.compile
+    see one ordinary operation. The indices of a row are distinct (a top-k's), so no
+    position receives two tokens.
+    """
+    out = routed.new_zeros(routed.shape[0], seq_len, routed.shape[-1])
+    return out.scatter(1, indices[..., None].expand(-1, -1, routed.shape[-1]), routed)
+
+
+# ---------------------------------------------------------------------------- router
+
+
+class Routed(NamedTuple):
+    """What the router hands a heavy branch: the k positions of each sequence, their
+    weights (1 in the forward with the straight-through trick, 0 for padding), the
+    tokens there and, if a mask was given, which of them are real."""
+
+    indices: torch.Tensor
+    scores: torch.Tensor
+    tokens: torch.Tensor
+    mask: torch.Tensor | None
+
+
+def top_k_routing(s, num_tokens, mask=None, *, n_iters=20, fetch_k_ratio=9 / 8, eps=0.03, eps_init=4.0,
+                  eps_decay=0.7, straight_through=True, ops=COURSE_OPS):
+    """Router scores s (b, n) -> (indices, weights, routed_mask) of the num_tokens routed
+    tokens of each row, in score order.
+
+    Coordinate descent makes the smooth top-k (asked for a few more than num_tokens, so
+    that the last routed token's weight is still far from 0 and learns); padding (mask
+    False) takes no part. With ``straight_through`` the weights are exactly 1 in the
+    forward while their gradient is coordinate descent's; a padded token that still
+    lands among the routed (a row with fewer real tokens than num_tokens) gets weight 0.
+    """
+    n = s.shape[-1]
+    weights = ops.coor_descent(s, n_iters=n_iters, k=min(num_tokens * fetch_k_ratio, n), eps=eps,
+                               eps_init=eps_init, eps_decay=eps_decay, mask=mask)
+    weights, indices = weights.topk(num_tokens, dim=-1)
+    routed_mask = None if mask is None else mask.gather(1, indices)
+    if straight_through:
+        weights = weights + (1.0 - weights).detach()
+        if routed_mask is not None:
+            weights = weights.masked_fill(~routed_mask, 0.0)
+    return indices, weights, routed_mask
+
+
+class CoordinateDescentRouter(nn.Module):
+    """Picks k tokens of each sequence: colt5_attention's ``CoordinateDescentRouter``.
+
+    Scores s = x · routing_token (a weighted sum per token), then ``top_k_routing``.
+    """
+
+    def __init__(self, dim, *, n_iters=20, fetch_k_ratio=9 / 8, eps=0.03, eps_init=4.0, eps_decay=0.7,
+                 straight_through=True, ops=COURSE_OPS):
+        super().__init__()
+        op = "CoordinateDescentRouter"
+        _check_positive_int(op, "dim", dim)
+        _check_positive_int(op, "n_iters", n_iters)
+        if fetch_k_ratio < 1:
+            raise ValueError(f"{op}: fetch_k_ratio must be at least 1, got {fetch_k_ratio}")
+        self.n_iters, self.fetch_k_ratio = n_iters, fetch_k_ratio
+        self.eps, self.eps_init, self.eps_decay = eps, eps_init, eps_decay
+        self.straight_through = straight_through
+        self.ops = ops
+        self.routing_token = nn.Parameter(torch.randn(dim))
+
+    def forward(self, x, *, num_tokens, mask=None):
+        op = "CoordinateDescentRouter"
+        check_tokens(op, x, self.routing_token.shape[0], self.routing_token.dtype)
+        check_mask(op, mask, x)
+        check_num_tokens(op, "num_tokens", num_tokens, x.shape[1])
+        indices, scores, routed_mask = top_k_routing(
+            self.ops.weighted_sum(x, self.routing_token), num_tokens, mask, n_iters=self.n_iters,
+            fetch_k_ratio=self.fetch_k_ratio, eps=self.eps, eps_init=self.eps_init, eps_decay=self.eps_decay,
+            straight_through=self.straight_through, ops=self.ops,
+        )
+        return Routed(indices, scores, gather_tokens(x, indices), routed_mask)
+
+
+def in_sequence_order(routed):
+    """The same routed tokens sorted by position: a top-k lists them by score, but a
+    causal mask over them needs position order (row i of the k tokens is the i-th
+    earliest)."""
+    indices, order = routed.indices.sort(dim=-1)
+    def reorder(t):
+        return None if t is None else t.gather(1, order)
+    return Routed(indices, reorder(routed.scores), gather_tokens(routed.tokens, order), reorder(routed.mask))
+
+
+# ------------------------------------------------------------------------ feed-forward
+
+
+class Norm(nn.Module):
+    """LayerNorm over the last dimension through ``ops.layernorm`` (chapter 3's kernel
+    or its reference); parameters named as torch.nn.LayerNorm's."""
+
+    def __init__(self, dim, ops=COURSE_OPS):
+        super().__init__()
+        self.ops = ops
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x):
+        return self.ops.layernorm(x, self.weight, self.bias)
+
+
+def feed_forward(dim, mult, ops=COURSE_OPS):
+    """Norm, Linear, GELU, Linear: the package's FeedForward with LayerNorm for RMSNorm."""
+    hidden = int(dim * mult)
+    return nn.Sequential(Norm(dim, ops), nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim))
+
+
+class RoutedFeedForward(nn.Module):
+    """colt5_attention's ``ConditionalRoutedFeedForward``: a narrow feed-forward for
+    every token plus a wide one for the ``num_heavy_tokens`` routed tokens."""
+
+    def __init__(self, dim, *, num_heavy_tokens, light_ff_mult=0.5, heavy_ff_mult=4, router_kwargs=None,
+                 ops=COURSE_OPS):
+        super().__init__()
+        _check_positive_int("RoutedFeedForward", "num_heavy_tokens", num_heavy_tokens)
+        _check_width_multiplier("RoutedFeedForward", "light_ff_mult", light_ff_mult, dim)
+        _check_width_multiplier("RoutedFeedForward", "heavy_ff_mult", heavy_ff_mult, dim)
+        self.num_heavy_tokens = num_heavy_tokens
+        self.router = CoordinateDescentRouter(dim, ops=ops, **(router_kwargs or {}))
+        self.light_ff = feed_forward(dim, light_ff_mult, ops)
+        self.heavy_ff = feed_forward(dim, heavy_ff_mult, ops)
+
+    def forward(self, x, mask=None):
+        routed = self.router(x, num_tokens=self.num_heavy_tokens, mask=mask)
+        heavy = self.heavy_ff(routed.tokens) * routed.scores[..., None]
+        return self.light_ff(x) + scatter_tokens(heavy, routed.indices, x.shape[1])
+
+
+# --------------------------------------------------------------------------- attention
+
+
+def split_heads(t, heads):
+    """(b, n, h * d) -> (b, h, n, d)."""
+    b, n, _ = t.shape
+    return t.reshape(b, n, heads, -1).transpose(1, 2)
+
+
+def merge_heads(t):
+    """(b, h, n, d) -> (b, n, h * d)."""
+    b, h, n, d = t.shape
+    return t.transpose(1, 2).reshape(b, n, h * d)
+
+
+def hide_keys(scores, visible):
+    """-inf where a key is not ``visible`` (bool, broadcasting to scores): the softmax
+    then gives it no weight, and a query that sees no key at all gets zeros."""
+    return scores.masked_fill(~visible, float("-inf"))
+
+
+def causal_attention(q, k, v, ops=COURSE_OPS, key_mask=None):
+    """softmax(q kᵀ / sqrt(d)) v where query i sees keys j <= i (and, with key_mask
+    (b, n), only keys that are real): causal_softmax over the (..., n, n) scores.
+    q is scaled before the product, as the package does: a pass over (n, d), not (n, n)."""
+    scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-1, -2)
+    if key_mask is not None:
+        scores = hide_keys(scores, key_mask[:, None, None, :])
+    return ops.causal_softmax(scores) @ v
+
+
+def local_causal_attention(q, k, v, window, ops=COURSE_OPS, key_mask=None):
+    """Causal attention within a window and the one before it: local-attention's
+    ``LocalMHA(causal=True, exact_windowsize=False)``.
+
+    q, k, v (b, h, n, d) with n a multiple of ``window``. The queries of window w see
+    the keys of windows w - 1 and w up to their own position. Stacking the two windows'
+    keys, the scores of window w's queries are (window, 2 * window) and query i sees
+    keys j <= i + window: causal_softmax with ``diagonal=window``. The first window has
+    no window before it: those keys are hidden.
+    """
+    b, h, n, d = q.shape
+    n_windows = n // window
+
+    def windows(t):
+        return t.reshape(*t.shape[:2], n_windows, window, t.shape[-1])
+
+    def with_previous(t):  # (b, h, W, 2 * window, ...): window w - 1 (zeros before the first), then w
+        t = windows(t)
+        return torch.cat([F.pad(t, (0, 0, 0, 0, 1, 0))[:, :, :-1], t], dim=3)
+
+    keys, values = with_previous(k), with_previous(v)
+    scores = windows(q * d**-0.5) @ keys.transpose(-1, -2)  # (b, h, W, window, 2 * window)
+    if key_mask is None:
+        # In place: the product's output is not saved for its backward, and a fill of
+        # the first window's hidden half writes 1/W of the scores, not all of them.
+        scores[:, :, 0, :, :window] = float("-inf")
+    else:
+        keys_real = with_previous(key_mask[:, None, :, None].to(q.dtype))[..., 0] > 0  # (b, 1, W, 2 * window)
+        has_previous = torch.arange(n_windows, device=q.device)[:, None] > 0
+        visible = keys_real & (has_previous | (torch.arange(2 * window, device=q.device) >= window))
+        scores = hide_keys(scores, visible[:, :, :, None, :])
+    weights = ops.causal_softmax(scores, diagonal=window)
+    return (weights @ values).reshape(b, h, n, -1)
+
+
+class LocalCausalAttention(nn.Module):
+    """The light branch of the routed attention: every token attends to the tokens of
+    its window and the window before, causally. Parameters as local-attention's
+    ``LocalMHA(prenorm=True)`` (norm, to_qkv, to_out), so its weights load as they are."""
+
+    def __init__(self, dim, *, window_size=128, heads=8, dim_head=64, ops=COURSE_OPS):
+        super().__init__()
+        for name, value in (("dim", dim), ("window_size", window_size), ("heads", heads), ("dim_head", dim_head)):
+            _check_positive_int("LocalCausalAttention", name, value)
+        self.window_size, self.heads, self.ops = window_size, heads, ops
+        self.norm = Norm(dim, ops)
+        self.to_qkv = nn.Linear(dim, 3 * heads * dim_head, bias=False)
+        self.to_out = nn.Linear(heads * dim_head, dim, bias=False)
+
+    def forward(self, x, mask=None):
+        op = "LocalCausalAttention"
+        check_tokens(op, x, self.norm.weight.shape[0], _module_dtype(self))
+        check_mask(op, mask, x)
+        n = x.shape[1]
+        q, k, v = (split_heads(t, self.heads) for t in self.to_qkv(self.norm(x)).chunk(3, dim=-1))
+        if self.ops.local_attention is not None and mask is None and q.shape[-1] <= MAX_HEAD_DIM:
+            return self.to_out(merge_heads(self.ops.local_attention(q, k, v, self.window_size)))
+        padding = -n % self.window_size  # padded keys come after every real token: causality hides them
+        key_mask = mask
+        if padding:  # F.pad copies even when it adds nothing
+            q, k, v = (F.pad(t, (0, 0, 0, padding)) for t in (q, k, v))
+            key_mask = None if mask is None else F.pad(mask, (0, padding), value=False)
+        out = local_causal_attention(q, k, v, self.window_size, self.ops, key_mask)[:, :, :n]
+        return self.to_out(merge_heads(out))
+
+
+class RoutedCausalAttention(nn.Module):
+    """Conditionally routed causal self-attention: local attention for every token, and
+    full causal attention among the ``num_heavy_tokens`` routed tokens.
+
+    The heavy branch takes the routed tokens in sequence order, so causal_softmax over
+    their (k, k) scores lets a routed query see exactly the routed keys at or before its
+    own position. As in colt5_attention, values are scaled by their routing weights
+    (the router's gradient from the keys' side) and outputs by the queries' weights;
+    unrouted positions get no heavy output. Padding (mask False) is never a key.
+    """
+
+    def __init__(self, dim, *, num_heavy_tokens, light_window_size=128, light_heads=8, light_dim_head=64,
+                 heavy_heads=8, heavy_dim_head=64, router_kwargs=None, ops=COURSE_OPS):
+        super().__init__()
+        for name, value in (("num_heavy_tokens", num_heavy_tokens), ("heavy_heads", heavy_heads),
+                            ("heavy_dim_head", heavy_dim_head)):
+            _check_positive_int("RoutedCausalAttention", name, value)
+        self.num_heavy_tokens, self.heavy_heads, self.ops = num_heavy_tokens, heavy_heads, ops
+        self.light_attn = LocalCausalAttention(dim, window_size=light_window_size, heads=light_heads,
+                                               dim_head=light_dim_head, ops=ops)
+        self.router = CoordinateDescentRouter(dim, ops=ops, **(router_kwargs or {}))
+        self.norm = Norm(dim, ops)
+        self.to_qkv = nn.Linear(dim, 3 * heavy_heads * heavy_dim_head, bias=False)
+        self.to_out = nn.Linear(heavy_heads * heavy_dim_head, dim, bias=False)
+
+    def heavy_attention(self, routed):
+        """Causal attention among the routed tokens (in sequence order), weighted."""
+        q, k, v = (split_heads(t, self.heavy_heads) for t in self.to_qkv(self.norm(routed.tokens)).chunk(3, dim=-1))
+        v = v * routed.scores[:, None, :, None]
+        out = causal_attention(q, k, v, self.ops, key_mask=routed.mask)
+        return self.to_out(merge_heads(out)) * routed.scores[..., None]
+
+    def forward(self, x, mask=None):
+        routed = in_sequence_order(self.router(x, num_tokens=self.num_heavy_tokens, mask=mask))
+        heavy = scatter_tokens(self.heavy_attention(routed), routed.indices, x.shape[1])
+        return self.light_attn(x, mask) + heavy
+
+
+class RoutedBlock(nn.Module):
+    """A decoder block: x + routed attention(x), then + routed feed-forward, as
+    colt5_attention's ``ConditionalRoutedTransformerBlock`` adds its branches."""
+
+    def __init__(self, dim, *, num_heavy_tokens, light_window_size=128, heads=8, dim_head=64,
+                 router_kwargs=None, ops=COURSE_OPS):
+        super().__init__()
+        _check_positive_int("RoutedBlock", "dim", dim)
+        self.dim = dim
+        self.attn = RoutedCausalAttention(
+            dim, num_heavy_tokens=num_heavy_tokens, light_window_size=light_window_size, light_heads=heads,
+            light_dim_head=dim_head, heavy_heads=heads, heavy_dim_head=dim_head, router_kwargs=router_kwargs,
+            ops=ops,
+        )
+        self.ff = RoutedFeedForward(dim, num_heavy_tokens=num_heavy_tokens, router_kwargs=router_kwargs, ops=ops)
+
+    def forward(self, x, mask=None):
+        op = "RoutedBlock"
+        check_tokens(op, x, self.dim, _module_dtype(self))
+        check_mask(op, mask, x)
+        check_num_tokens(op, "num_heavy_tokens", self.attn.num_heavy_tokens, x.shape[1])
+        x = x + self.attn(x, mask)
+        return x + self.ff(x, mask)

@@ -1,0 +1,170 @@
+"""Comparing an answer with the expected one, and saying where it is wrong.
+
+Exercise checkers (``course_lib.teaching.exercises``) call :func:`compare`; it raises
+:class:`ExerciseError` with a message a student can act on: which elements are wrong,
+by how much, and where, with an optional picture of the wrong elements for 2-D
+answers.
+"""
+
+import contextlib
+import sys
+
+import torch
+
+
+class ExerciseError(AssertionError):
+    """An exercise's answer is wrong; the message says where and by how much."""
+
+
+def _index(flat_index, shape):
+    return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat_index), shape)) if shape else ()
+
+
+def compare(name, got, expected, *, rtol, atol, show_picture=False, max_listed=5):
+    """Raise ExerciseError unless ``got`` matches ``expected`` within rtol/atol.
+
+    ``expected`` may be of higher precision; both are compared in float64 on the CPU.
+    Returns the largest absolute error when the answer is right.
+    """
+    if got is None:
+        raise ExerciseError(f"{name}: got None; did the function return its result?")
+    if not isinstance(got, torch.Tensor):
+        raise ExerciseError(f"{name}: expected a torch.Tensor, got {type(got).__name__}")
+    if tuple(got.shape) != tuple(expected.shape):
+        raise ExerciseError(f"{name}: shape {tuple(got.shape)}, expected {tuple(expected.shape)}")
+    got64 = got.detach().to("cpu", torch.float64)
+    expected64 = expected.detach().to("cpu", torch.float64)
+    error = (got64 - expected64).abs()
+    allowed = atol + rtol * expected64.abs()
+    wrong = ~(error <= allowed)  # NaN in got counts as wrong
+    wrong |= got64.isnan() & ~expected64.isnan()
+    wrong &= ~(got64.isnan() & expected64.isnan())
+    n_wrong = int(wrong.sum())
+    if n_wrong == 0:
+        return float(error.max()) if error.numel() else 0.0
+
+    flat_wrong = wrong.flatten().nonzero().flatten()
+    lines = [
+        f"{name}: {n_wrong} of {got.numel()} elements are wrong "
+        f"(allowed |got - expected| <= {atol:g} + {rtol:g}·|expected|)."
+    ]
+    n_nan = int((got64.isnan() & ~expected64.isnan()).sum())
+    if n_nan:
+        lines.append(f"  {n_nan} elements are NaN: never written (outputs start as NaN), or computed from inf - inf, "
+                     "inf / inf or 0 / 0")
+    for flat in flat_wrong[:max_listed].tolist():
+        idx = _index(flat, tuple(got.shape))
+        lines.append(f"  at {idx}: got {got64.flatten()[flat]:.6g}, expected {expected64.flatten()[flat]:.6g}")
+    if n_wrong > max_listed:
+        lines.append(f"  ... and {n_wrong - max_listed} more")
+    measurable = wrong & ~error.isnan()  # a NaN answer has no size of error
+    if measurable.any():
+        worst = int(torch.where(measurable, error, -1.0).flatten().argmax())
+        lines.append(f"  largest error {float(error.flatten()[worst]):.3g} at {_index(worst, tuple(got.shape))}")
+    lines += _pattern_hints(wrong)
+    if show_picture and got.ndim == 2:
+        show_error_map(name, wrong)
+        lines.append("  (the picture above marks the wrong elements)")
+    raise ExerciseError("\n".join(lines))
+
+
+def _pattern_hints(wrong):
+    """Name simple patterns: whole rows or columns wrong, or only the edges."""
+    if wrong.ndim != 2 or not wrong.any():
+        return []
+    hints = []
+    rows = wrong.any(dim=1).nonzero().flatten().tolist()
+    cols = wrong.any(dim=0).nonzero().flatten().tolist()
+    hints.append(f"  wrong rows: {_ranges(rows)}; wrong columns: {_ranges(cols)}")
+    n_rows, n_cols = wrong.shape
+    # Column 0 (row 0) is the one place whose address a wrong column (row) stride does not
+    # change; a wrong mask spoils a run of columns (rows) at the end of the last tile instead.
+    if n_cols > 2 and cols == list(range(1, n_cols)):
+        hints.append("  every column but column 0 is wrong: column 0 is the only one whose address does not "
+                     "depend on the column stride; is each column index multiplied by it (stride_x_col)?")
+    elif cols and min(cols) > 0 and cols == list(range(min(cols), n_cols)):
+        hints.append("  only the last columns are wrong: check the mask at the end of each row")
+    if n_rows > 2 and rows == list(range(1, n_rows)):
+        hints.append("  every row but row 0 is wrong: row 0 is the only one whose address does not depend on "
+                     "the row stride; is each row index multiplied by it (stride_x_row, not n_cols, which is "
+                     "the row stride of a contiguous tensor only)?")
+    elif rows and min(rows) > 0 and rows == list(range(min(rows), n_rows)):
+        hints.append("  only the last rows are wrong: check the mask on the last tile of rows")
+    return hints
+
+
+def _ranges(values):
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    spans, start = [], None
+    for i, v in enumerate(values):
+        if start is None:
+            start = v
+        if i + 1 == len(values) or values[i + 1] != v + 1:
+            spans.append(f"{start}" if start == v else f"{start}-{v}")
+            start = None
+    text = ", ".join(spans[:6])
+    return text + (", ..." if len(spans) > 6 else "")
+
+
+def show_error_map(name, wrong):
+    """Draw which elements of a 2-D answer are wrong."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3))
+    ax.imshow(wrong.numpy(), cmap="Reds", aspect="auto", interpolation="nearest", vmin=0, vmax=1)
+    ax.set_title(f"{name}: wrong elements in red")
+    ax.set_xlabel("column")
+    ax.set_ylabel("row")
+    plt.show()
+
+
+def run_student_code(name, fn, *args, **kwargs):
+    """Call the student's function; turn a crash into an ExerciseError that says so.
+
+    Under Triton's interpreter its kernels run guarded (``course_lib.teaching.accesses``): a load or
+    store outside the launch's tensors stops the launch before it happens, the picture of
+    what each program touched is drawn, and the ExerciseError names the access.
+    """
+    from . import accesses
+
+    with accesses.guard_accesses(recording=True) as guard:
+        try:
+            result = fn(*args, **kwargs)
+        except ExerciseError:
+            raise
+        except Exception as error:  # the student's code may raise anything
+            if guard.violation is None:
+                message = str(error).strip().splitlines()
+                detail = message[-1] if message else ""
+                raise ExerciseError(f"{name}: your code raised {type(error).__name__}: {detail}") from error
+        if guard.violation is not None:  # raised, or caught and ignored by the student's code
+            accesses.draw_accesses(guard.launches[-1])
+            raise ExerciseError(f"{name}: {guard.violation}\n  (the picture above shows what each program read "
+                                "and wrote up to that access, out-of-bounds elements as red crosses)") from None
+        return result
+
+
+def _refuse_to_answer(*args, **kwargs):
+    raise NotImplementedError(
+        "this exercise asks for the formula itself: a function of course_lib.core.references "
+        "that answers it outright may not be called")
+
+
+@contextlib.contextmanager
+def refusing_calls(function):
+    """Make ``function`` raise while the block runs, under whatever name the student's
+    code reaches it: its code object is swapped, so aliases such as
+    ``from course_lib.core.references import softmax_backward`` are caught too. The copy in
+    ``sys.modules`` under ``course_lib.<room>.<module>`` is refused as well, since a grader may
+    have loaded the checkers apart from the package the notebook imported."""
+    module_name = "course_lib." + function.__module__.split(".", 1)[-1]
+    twin = getattr(sys.modules.get(module_name), function.__name__, None)
+    functions = {id(f): f for f in (function, twin) if hasattr(f, "__code__")}.values()
+    saved = [(f, f.__code__) for f in functions]
+    try:
+        for f, _ in saved:
+            f.__code__ = _refuse_to_answer.__code__
+        yield
+    finally:
+        for f, code in saved:
+            f.__code__ = code

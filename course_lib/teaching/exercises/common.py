@@ -1,0 +1,56 @@
+"""What every chapter's checkers share: the hidden-size switch and random sizes.
+
+The grader switches hidden sizes on in its own fresh copy of the package
+(``fresh_checker.run_checker``, through :func:`set_hidden_sizes`): each checker then adds a
+case of random size, drawn from the hidden seed, to the sizes a student saw, so that an
+answer that works only at those sizes fails too.
+"""
+
+import torch
+
+from ..checking import run_student_code
+
+HIDDEN_SIZES = False
+
+
+def set_hidden_sizes(on):
+    """Whether checkers add a case of hidden size (the grader's fresh copy sets it)."""
+    global HIDDEN_SIZES
+    HIDDEN_SIZES = bool(on)
+
+
+def hidden_case(draw):
+    """[draw()] when grading with hidden sizes, else nothing."""
+    return [draw()] if HIDDEN_SIZES else []
+
+
+def random_size(low, high):
+    """A random integer from low to high, from torch's generator (the hidden seed when grading)."""
+    return int(torch.randint(low, high + 1, ()))
+
+
+def random_matrix(max_rows, max_cols, dtype=torch.float64):
+    return torch.randn(random_size(1, max_rows), random_size(2, max_cols), dtype=dtype)
+
+
+def run_quietly(name, fn, *args):
+    """run_student_code without the interpreter's RuntimeWarnings: a fully masked row
+    past the end computes -inf - (-inf) in NumPy, which warns on a CPU and not on a
+    GPU, though that row is never stored."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return run_student_code(name, fn, *args)
+
+
+def without_mask_hints(error):
+    """compare's hints about masks, dropped for answers written in PyTorch, which have none."""
+    return "\n".join(line for line in str(error).split("\n") if "check the mask" not in line)
+
+
+def matches(got, expected, rtol=1e-9, atol=1e-9):
+    """got matches expected (a hint candidate), quietly: False for anything not comparable."""
+    if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+        return False
+    return bool(torch.allclose(got.detach().to("cpu", torch.float64), expected.cpu(), rtol=rtol, atol=atol))

@@ -1,0 +1,867 @@
+"""Student copies of the course notebooks, and grading of the copies students return.
+
+Both follow the exercise convention of CONTRIBUTING.md: a code cell tagged ``solution``
+holds the answer between a line ``# BEGIN SOLUTION`` and a line ``# END SOLUTION``, and
+a code cell tagged ``checker`` calls one ``check_...`` function that raises when the
+answer is wrong.
+
+Command line::
+
+    python -m course_lib.teaching.instructor student SRC_DIR DEST_DIR
+    python -m course_lib.teaching.instructor grade SUBMISSIONS_DIR [--out CSV] [--timeout SECONDS]
+
+``nbformat`` and ``nbclient`` (and ``ipykernel`` to run notebooks) are instructor-only
+dependencies, so they are imported inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib
+import json
+import os
+import re
+import secrets
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..core.runtime import ON_GPU
+
+SOLUTION_TAG = "solution"
+CHECKER_TAG = "checker"
+HIDE_INPUT_TAG = "hide-input"
+REMOVE_IN_STUDENT_TAG = "remove-in-student"
+INTERPRETER_OUTPUT = "interpreter-output"  # a cell whose outputs only the CPU interpreter can make
+BEGIN_SOLUTION = "# BEGIN SOLUTION"
+END_SOLUTION = "# END SOLUTION"
+STUDENT_PLACEHOLDER = ("# YOUR CODE HERE", "pass")
+CHECKER_CALL = re.compile(r"(check_\w+)\(")
+EXERCISE_HEADING = re.compile(r"###\s+Exercise\s+(\d+)\.(\d+)\b")
+TASK_ROLE, SOLUTION_ROLE, CHECKER_ROLE = "task", "solution", "checker"
+NBGRADER_KEY = "nbgrader"
+NBGRADER_SCHEMA_VERSION = 3
+CHECKER_POINTS = 1
+KERNEL_NAME = "python3"
+DEFAULT_TIMEOUT = 600
+DEFAULT_NOTEBOOK_TIMEOUT = 3600
+INSTALL_HINT = "pip install nbformat nbclient ipykernel psutil"
+PASSED_MARK = "✓"
+FAILED_MARK = "✗"
+
+
+def _import_instructor_dependency(module_name: str):
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as error:
+        raise ImportError(
+            f"course_lib.teaching.instructor needs {module_name}, an instructor-only dependency "
+            f"that is not installed. Install it with: {INSTALL_HINT}"
+        ) from error
+
+
+def _tags(cell) -> list[str]:
+    return list(cell.get("metadata", {}).get("tags", []))
+
+
+def _notebooks_in(folder: str | Path) -> list[Path]:
+    """The ``*.ipynb`` files directly in ``folder``, sorted; an error if there are none."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder} is not a folder")
+    notebooks = sorted(folder.glob("*.ipynb"))
+    if not notebooks:
+        raise FileNotFoundError(f"{folder} holds no *.ipynb notebooks")
+    return notebooks
+
+
+# --- exercise cells: stable ids and nbgrader's metadata ------------------------------
+
+
+@dataclass(frozen=True)
+class ExerciseCell:
+    """A cell of an exercise: its statement, its solution or its checker."""
+
+    cell_index: int
+    role: str  # one of ROLES
+    grade_id: str
+
+
+def exercise_cells(notebook, name: str) -> list[ExerciseCell]:
+    """The exercise cells of a notebook, each with its stable id ``exercise_N_M_<role>``.
+
+    An exercise is a markdown cell headed ``### Exercise N.M``, then its solution and
+    checker cells; the id follows the exercise's number, so it stays the same when cells
+    are added elsewhere. A solution or checker cell before any heading is an error.
+    """
+    cells: list[ExerciseCell] = []
+    exercise: str | None = None
+    used: set[str] = set()
+    for cell_index, cell in enumerate(notebook.cells):
+        heading = EXERCISE_HEADING.match(cell.source) if cell.cell_type == "markdown" else None
+        tags = _tags(cell)
+        if heading:
+            exercise = f"exercise_{heading.group(1)}_{heading.group(2)}"
+            role = TASK_ROLE
+        elif cell.cell_type == "code" and SOLUTION_TAG in tags:
+            role = SOLUTION_ROLE
+        elif cell.cell_type == "code" and CHECKER_TAG in tags:
+            role = CHECKER_ROLE
+        else:
+            continue
+        if exercise is None:
+            raise ValueError(f"{name}, cell {cell_index}: a {role} cell before any '### Exercise N.M' heading")
+        grade_id, repeat = f"{exercise}_{role}", 1
+        while grade_id in used:
+            repeat += 1
+            grade_id = f"{exercise}_{role}_{repeat}"
+        used.add(grade_id)
+        cells.append(ExerciseCell(cell_index, role, grade_id))
+    return cells
+
+
+def nbgrader_metadata(role: str, grade_id: str) -> dict:
+    """nbgrader's cell metadata (schema 3): statements read-only, solutions for students
+    to write, checkers read-only test cells worth one point each."""
+    metadata = {
+        "grade": role == CHECKER_ROLE,
+        "grade_id": grade_id,
+        "locked": role != SOLUTION_ROLE,
+        "schema_version": NBGRADER_SCHEMA_VERSION,
+        "solution": role == SOLUTION_ROLE,
+    }
+    if role == CHECKER_ROLE:
+        metadata["points"] = CHECKER_POINTS
+    return metadata
+
+
+def _stamp(notebook, name: str) -> bool:
+    """Give every exercise cell its nbgrader metadata; whether anything changed."""
+    changed = False
+    for exercise_cell in exercise_cells(notebook, name):
+        cell = notebook.cells[exercise_cell.cell_index]
+        metadata = nbgrader_metadata(exercise_cell.role, exercise_cell.grade_id)
+        if cell.metadata.get(NBGRADER_KEY) != metadata:
+            cell.metadata[NBGRADER_KEY] = metadata
+            changed = True
+    return changed
+
+
+def stamp_exercise_metadata(paths) -> list[Path]:
+    """Write nbgrader's metadata into the exercise cells of each notebook; the notebooks
+    that changed. Sources and outputs are left as they are."""
+    nbformat = _import_instructor_dependency("nbformat")
+    changed = []
+    for path in map(Path, paths):
+        notebook = nbformat.read(path, as_version=4)
+        if _stamp(notebook, path.name):
+            nbformat.write(notebook, path)
+            changed.append(path)
+    return changed
+
+
+def _grade_id(cell) -> str | None:
+    return cell.get("metadata", {}).get(NBGRADER_KEY, {}).get("grade_id")
+
+
+# --- student copies -----------------------------------------------------------------
+
+
+def _is_marker(line: str, marker: str) -> bool:
+    return line.strip() == marker
+
+
+def _replace_solution_blocks(source: str, where: str) -> str:
+    """Replace each marked block, markers included, by the placeholder at its indentation.
+
+    ``where`` names the notebook and cell in error messages. A cell with no block, an
+    ``# END SOLUTION`` without its ``# BEGIN SOLUTION``, a nested or an unclosed block is
+    an error, so that a solution can never slip through into a student copy.
+    """
+    student_lines: list[str] = []
+    block_indent: str | None = None
+    blocks_found = 0
+    for line_number, line in enumerate(source.split("\n"), start=1):
+        if _is_marker(line, BEGIN_SOLUTION):
+            if block_indent is not None:
+                raise ValueError(f"{where}: nested {BEGIN_SOLUTION!r} at line {line_number}")
+            block_indent = line[: len(line) - len(line.lstrip())]
+        elif _is_marker(line, END_SOLUTION):
+            if block_indent is None:
+                raise ValueError(
+                    f"{where}: {END_SOLUTION!r} at line {line_number} "
+                    f"has no {BEGIN_SOLUTION!r} before it"
+                )
+            student_lines.extend(block_indent + text for text in STUDENT_PLACEHOLDER)
+            block_indent = None
+            blocks_found += 1
+        elif block_indent is None:
+            student_lines.append(line)
+    if block_indent is not None:
+        raise ValueError(f"{where}: {BEGIN_SOLUTION!r} is never closed by {END_SOLUTION!r}")
+    if blocks_found == 0:
+        raise ValueError(
+            f"{where}: tagged {SOLUTION_TAG!r} but has no "
+            f"{BEGIN_SOLUTION!r} ... {END_SOLUTION!r} block"
+        )
+    return "\n".join(student_lines)
+
+
+def make_student_copy(src_path: str | Path, dest_path: str | Path) -> Path:
+    """Write the student version of the notebook ``src_path`` to ``dest_path``.
+
+    Solutions are replaced by ``# YOUR CODE HERE`` / ``pass``, solution cells lose their
+    ``hide-input`` tag, cells tagged ``remove-in-student`` are dropped and code outputs
+    and execution counts are cleared. Raises ValueError, naming the notebook and cell
+    index, for a solution cell whose markers are missing or malformed, and for any
+    ``# BEGIN SOLUTION`` line left outside a solution cell.
+    """
+    nbformat = _import_instructor_dependency("nbformat")
+    src_path, dest_path = Path(src_path), Path(dest_path)
+    notebook = nbformat.read(src_path, as_version=4)
+
+    kept_cells = []
+    for cell_index, cell in enumerate(notebook.cells):
+        tags = _tags(cell)
+        if REMOVE_IN_STUDENT_TAG in tags:
+            continue
+        if cell.cell_type == "code":
+            if SOLUTION_TAG in tags:
+                where = f"{src_path.name}, cell {cell_index}"
+                cell.source = _replace_solution_blocks(cell.source, where)
+                cell.metadata["tags"] = [tag for tag in tags if tag != HIDE_INPUT_TAG]
+            cell.outputs = []
+            cell.execution_count = None
+        kept_cells.append((cell_index, cell))
+
+    # A marked solution in a cell not tagged `solution` would otherwise reach students.
+    for cell_index, cell in kept_cells:
+        if any(_is_marker(line, BEGIN_SOLUTION) for line in cell.source.split("\n")):
+            raise ValueError(
+                f"{src_path.name}, cell {cell_index}: contains {BEGIN_SOLUTION!r} but is "
+                f"not tagged {SOLUTION_TAG!r}; tag it, or tag it {REMOVE_IN_STUDENT_TAG!r}"
+            )
+
+    _stamp(notebook, src_path.name)  # the ids by which grading finds the checker cells
+    notebook.cells = [cell for _, cell in kept_cells]
+    dest_path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(notebook, dest_path)
+    return dest_path
+
+
+def make_student_copies(src_dir: str | Path, dest_dir: str | Path) -> list[Path]:
+    """Write a student copy of each ``*.ipynb`` in ``src_dir`` (not recursive) to ``dest_dir``."""
+    notebooks = _notebooks_in(src_dir)
+    dest_dir = Path(dest_dir)
+    if dest_dir.resolve() == Path(src_dir).resolve():
+        raise ValueError(f"{dest_dir} is the source folder; student copies would overwrite it")
+    return [make_student_copy(notebook, dest_dir / notebook.name) for notebook in notebooks]
+
+
+# --- grading ------------------------------------------------------------------------
+
+AS_RELEASED, EDITED, MISSING = "as released", "edited", "missing"
+GRADED_CHECKER_SOURCE = """\
+# The released checker {grade_id}, run by course_lib.teaching.instructor (see course_lib/teaching/fresh_checker.py).
+__course_grader = {{"__name__": "course_lib_fresh_checker"}}
+exec(compile(open({runner!r}, encoding="utf-8").read(), {runner!r}, "exec"), __course_grader)
+__course_grader["run_checker"](globals(), {source!r}, {grade_id!r}, {seed!r}, {results!r}, {package!r})
+"""
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # course_lib itself
+FRESH_CHECKER_FILE = Path(__file__).resolve().parent / "fresh_checker.py"
+
+
+@dataclass(frozen=True)
+class ReleasedChecker:
+    """A checker cell as the instructor released it."""
+
+    grade_id: str
+    label: str  # the check_... function it calls
+    source: str
+    tags: tuple[str, ...]
+    follows: str | None  # grade_id of the exercise cell it comes after: its solution, or its statement
+
+
+@dataclass(frozen=True)
+class ReleasedNotebook:
+    name: str  # file name in the release folder
+    checkers: tuple[ReleasedChecker, ...]
+    grade_ids: frozenset[str]  # of all its exercise cells
+
+
+@dataclass
+class CheckerResult:
+    """One checker of the release, in one returned notebook."""
+
+    grade_id: str
+    label: str
+    passed: bool
+    error: str | None = None  # why it failed
+    in_return: str = AS_RELEASED  # the return's copy of the cell: as released, edited or missing
+
+
+@dataclass
+class CellError:
+    """A code cell of the return, outside the checkers, that raised."""
+
+    cell_index: int  # in the returned notebook
+    error: str  # first line of "ename: evalue"
+
+
+@dataclass
+class NotebookGrade:
+    """The result of grading one returned notebook against the release."""
+
+    notebook: str  # file name
+    release: str | None = None  # the released notebook it was graded against
+    checkers: list[CheckerResult] = field(default_factory=list)
+    errored_cells: list[CellError] = field(default_factory=list)
+    problem: str | None = None  # why grading could not run it all: unreadable, killed, kernel died
+
+    @property
+    def passed(self) -> int:
+        return sum(checker.passed for checker in self.checkers)
+
+    @property
+    def total(self) -> int:
+        return len(self.checkers)
+
+    @property
+    def score(self) -> str:
+        return f"{self.passed}/{self.total}"
+
+
+def _error_line(ename: str, evalue: str) -> str:
+    text = f"{ename}: {evalue}" if evalue else ename
+    return text.split("\n", 1)[0]
+
+
+def _cell_error(cell) -> str | None:
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "error":
+            return _error_line(output.get("ename", ""), output.get("evalue", ""))
+    return None
+
+
+def _checker_label(source: str, grade_id: str) -> str:
+    call = CHECKER_CALL.search(source)
+    return call.group(1) if call else grade_id
+
+
+def load_release(folder: str | Path) -> list[ReleasedNotebook]:
+    """The checker cells of every notebook in the instructor's ``folder``, by stable id."""
+    nbformat = _import_instructor_dependency("nbformat")
+    release = []
+    for path in _notebooks_in(folder):
+        notebook = nbformat.read(path, as_version=4)
+        checkers, follows = [], None
+        cells = exercise_cells(notebook, path.name)
+        for exercise_cell in cells:
+            cell = notebook.cells[exercise_cell.cell_index]
+            if exercise_cell.role == CHECKER_ROLE:
+                checkers.append(ReleasedChecker(
+                    grade_id=exercise_cell.grade_id,
+                    label=_checker_label(cell.source, exercise_cell.grade_id),
+                    source=cell.source,
+                    tags=tuple(_tags(cell)),
+                    follows=follows,
+                ))
+            else:
+                follows = exercise_cell.grade_id
+        release.append(ReleasedNotebook(
+            name=path.name,
+            checkers=tuple(checkers),
+            grade_ids=frozenset(exercise_cell.grade_id for exercise_cell in cells),
+        ))
+    return release
+
+
+def _match_release(notebook, file_name: str, release: list[ReleasedNotebook]) -> ReleasedNotebook | None:
+    """The released notebook a return comes from: the one sharing most exercise ids with
+    it, else the one whose name ends the return's file name (``alice_01_x.ipynb``)."""
+    ids = {_grade_id(cell) for cell in notebook.cells} if notebook is not None else set()
+    overlap, best = max(((len(ids & released.grade_ids), released) for released in release),
+                        key=lambda pair: pair[0], default=(0, None))
+    if overlap:
+        return best
+    by_name = [released for released in release if file_name.endswith(released.name)]
+    return max(by_name, key=lambda released: len(released.name), default=None)
+
+
+def _read_return(path: Path):
+    """(notebook, None) or (None, why it cannot be graded)."""
+    nbformat = _import_instructor_dependency("nbformat")
+    try:
+        notebook = nbformat.read(path, as_version=4)
+        nbformat.validate(notebook)
+    except Exception as error:  # truncated JSON, another kind of file, an invalid notebook
+        return None, f"not a readable notebook: {_error_line(type(error).__name__, str(error))}"
+    return notebook, None
+
+
+def _graded_notebook(notebook, released: ReleasedNotebook, seed: int | None, results_path: Path):
+    """The return with its checker cells replaced by the release's, each after its
+    solution (at the end if the return lost that too). Returns the notebook, the
+    return's index of each of its cells (None for a released checker) and what the
+    return had done to each checker cell."""
+    nbformat_v4 = _import_instructor_dependency("nbformat.v4")
+    by_id = {checker.grade_id: checker for checker in released.checkers}
+    in_return = {grade_id: MISSING for grade_id in by_id}
+    to_place: dict[str | None, list[ReleasedChecker]] = {}
+    for checker in released.checkers:
+        to_place.setdefault(checker.follows, []).append(checker)
+
+    def released_cell(checker):
+        source = GRADED_CHECKER_SOURCE.format(
+            grade_id=checker.grade_id, runner=str(FRESH_CHECKER_FILE), source=checker.source,
+            seed=seed, results=str(results_path), package=str(PACKAGE_DIR))
+        return nbformat_v4.new_code_cell(source, metadata={"tags": list(checker.tags)})
+
+    cells, return_index = [], []
+    for cell_index, cell in enumerate(notebook.cells):
+        grade_id = _grade_id(cell)
+        if grade_id in by_id or (cell.cell_type == "code" and CHECKER_TAG in _tags(cell)):
+            if in_return.get(grade_id) == MISSING:
+                checker = by_id[grade_id]
+                same = cell.source.strip() == checker.source.strip() and tuple(_tags(cell)) == checker.tags
+                in_return[grade_id] = AS_RELEASED if same else EDITED
+            continue  # checkers come from the release
+        if cell.cell_type == "code":
+            cell.outputs = []  # only this run's outputs count
+            cell.execution_count = None
+        cells.append(cell)
+        return_index.append(cell_index)
+        for checker in to_place.pop(grade_id, []) if grade_id else []:
+            cells.append(released_cell(checker))
+            return_index.append(None)
+    for checker in (checker for group in to_place.values() for checker in group):
+        cells.append(released_cell(checker))
+        return_index.append(None)
+    notebook.cells = cells
+    return notebook, return_index, in_return
+
+
+def _execute(notebook, folder: Path, timeout: int, allow_errors: bool) -> None:
+    """Run ``notebook`` in a fresh ``python3`` kernel from ``folder``, outputs in place."""
+    nbclient = _import_instructor_dependency("nbclient")
+    kernelspec = _import_instructor_dependency("jupyter_client.kernelspec")
+    client = nbclient.NotebookClient(
+        notebook,
+        timeout=timeout,
+        kernel_name=KERNEL_NAME,
+        allow_errors=allow_errors,
+        interrupt_on_timeout=allow_errors,
+        resources={"metadata": {"path": str(Path(folder).resolve())}},
+    )
+    try:
+        client.execute()
+    except kernelspec.NoSuchKernel as error:
+        raise RuntimeError(f"no {KERNEL_NAME!r} Jupyter kernel. Install one with: {INSTALL_HINT}") from error
+
+
+def execute_in_place(paths, timeout: int = DEFAULT_TIMEOUT) -> None:
+    """Re-execute notebooks top to bottom and save them with the new outputs.
+
+    This is how the stored outputs are made (on a GPU, by ``make gpu-run``); any cell
+    that raises stops it, so a broken notebook is never saved. Cells tagged
+    INTERPRETER_OUTPUT draw what only Triton's CPU interpreter can (course_lib.teaching.accesses):
+    run on a GPU, they keep the outputs the interpreter made.
+    """
+    nbformat = _import_instructor_dependency("nbformat")
+    for path in map(Path, paths):
+        notebook = nbformat.read(path, as_version=4)
+        kept = {cell.id: cell.outputs for cell in notebook.cells
+                if INTERPRETER_OUTPUT in cell.metadata.get("tags", [])} if ON_GPU else {}
+        _execute(notebook, path.parent, timeout, allow_errors=False)
+        for cell in notebook.cells:
+            if cell.get("id") in kept:
+                cell.outputs = kept[cell.id]
+        nbformat.write(notebook, path)
+
+
+def run_graded(graded_path: Path, folder: Path, timeout: int, summary_path: Path) -> None:
+    """Execute a graded notebook from ``folder``, going on past errors, and write each
+    cell's error (or None), and why execution stopped early if it did, to
+    ``summary_path``. Runs in a process of its own, killed at the grader's wall-clock limit."""
+    nbformat = _import_instructor_dependency("nbformat")
+    nbclient = _import_instructor_dependency("nbclient")
+    notebook = nbformat.read(graded_path, as_version=4)
+    aborted = None
+    try:
+        _execute(notebook, folder, timeout, allow_errors=True)
+    except nbclient.exceptions.DeadKernelError:
+        aborted = "the kernel died"
+    summary = {"errors": [_cell_error(cell) for cell in notebook.cells], "aborted": aborted}
+    Path(summary_path).write_text(json.dumps(summary), encoding="utf-8")
+
+
+def _grading_environment() -> dict:
+    """The grader's own course_lib comes first, for the notebook's kernel too."""
+    environment = dict(os.environ)
+    environment["PYTHONPATH"] = os.pathsep.join(
+        part for part in [str(PACKAGE_DIR.parent), environment.get("PYTHONPATH", "")] if part)
+    return environment
+
+
+def _run_with_wall_clock_limit(command: list[str], limit: float, log_path: Path) -> tuple[int | None, bool]:
+    """Run ``command``; past ``limit`` seconds kill it and every process it started (the
+    kernel included, whatever its code catches). Returns (exit code, killed)."""
+    psutil = _import_instructor_dependency("psutil")
+    with log_path.open("w") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=_grading_environment())
+        try:
+            return process.wait(timeout=limit), False
+        except subprocess.TimeoutExpired:
+            try:
+                parent = psutil.Process(process.pid)
+                family = [*parent.children(recursive=True), parent]
+            except psutil.NoSuchProcess:
+                family = []
+            for member in family:
+                try:
+                    member.kill()
+                except psutil.NoSuchProcess:
+                    pass
+            process.wait()
+            return None, True
+
+
+def _read_results(results_path: Path) -> dict[str, dict]:
+    results: dict[str, dict] = {}
+    if results_path.exists():
+        for line in results_path.read_text(encoding="utf-8").splitlines():
+            record = json.loads(line)
+            results.setdefault(record["grade_id"], record)
+    return results
+
+
+def grade_notebook(
+    path: str | Path,
+    release: list[ReleasedNotebook],
+    *,
+    seed: int | None = None,
+    timeout: int = DEFAULT_TIMEOUT,
+    notebook_timeout: float = DEFAULT_NOTEBOOK_TIMEOUT,
+) -> NotebookGrade:
+    """Grade the returned notebook at ``path`` against the released notebook it comes from.
+
+    The return runs as the student left it, from its own folder, but for its checker
+    cells: every checker of the release runs, from the release's source, against
+    ``course_lib.teaching.exercises`` imported afresh, on hidden inputs drawn from ``seed``
+    (None: the checkers' own random inputs). A checker passes only when it returned.
+    ``timeout`` bounds each cell (the cell is interrupted); ``notebook_timeout`` the
+    whole run, past which the process running it and its kernel are killed.
+    """
+    path = Path(path)
+    notebook, problem = _read_return(path)
+    released = _match_release(notebook, path.name, release)
+    grade = NotebookGrade(notebook=path.name, release=released.name if released else None, problem=problem)
+    if released is None:
+        grade.problem = problem or "matches no notebook of the release"
+        return grade
+    if notebook is None:
+        grade.checkers = [CheckerResult(checker.grade_id, checker.label, False, problem, MISSING)
+                          for checker in released.checkers]
+        return grade
+
+    nbformat = _import_instructor_dependency("nbformat")
+    with tempfile.TemporaryDirectory(prefix="course_lib_grading_") as scratch:
+        scratch = Path(scratch)
+        results_path, summary_path = scratch / "checkers.jsonl", scratch / "summary.json"
+        graded, return_index, in_return = _graded_notebook(notebook, released, seed, results_path)
+        nbformat.write(graded, scratch / "graded.ipynb")
+        command = [sys.executable, "-m", "course_lib.teaching.instructor", "run-graded", str(scratch / "graded.ipynb"),
+                   str(path.parent.resolve()), str(summary_path), "--timeout", str(timeout)]
+        exit_code, killed = _run_with_wall_clock_limit(command, notebook_timeout, scratch / "log.txt")
+        results = _read_results(results_path)
+        if killed:
+            grade.problem = f"stopped after {notebook_timeout:g} s, the limit for one notebook"
+        elif not summary_path.exists():
+            last_line = (scratch / "log.txt").read_text(errors="replace").strip().splitlines()[-1:]
+            grade.problem = f"the grading process failed (exit code {exit_code}): {' '.join(last_line)}"
+        else:
+            summary = json.loads(summary_path.read_text(encoding="utf-8"))
+            grade.problem = summary["aborted"]
+            for error, index in zip(summary["errors"], return_index):
+                if error is not None and index is not None:
+                    grade.errored_cells.append(CellError(cell_index=index, error=error))
+
+    for checker in released.checkers:
+        result = results.get(checker.grade_id)
+        if result is None:
+            error = f"did not finish: {grade.problem}" if grade.problem else "did not run"
+        else:
+            error = result["error"]
+        passed = result is not None and result["passed"]
+        if in_return[checker.grade_id] == MISSING:
+            # Counted as failed whatever the answer: the release's copy still ran, for the report.
+            ran = "it passed" if passed else error
+            passed, error = False, f"checker cell missing from the return (run from the release: {ran})"
+        grade.checkers.append(CheckerResult(checker.grade_id, checker.label, passed, error,
+                                            in_return[checker.grade_id]))
+    return grade
+
+
+def grade_folder(
+    folder: str | Path,
+    release_dir: str | Path,
+    *,
+    seed: int | None = None,
+    timeout: int = DEFAULT_TIMEOUT,
+    notebook_timeout: float = DEFAULT_NOTEBOOK_TIMEOUT,
+    on_start: Callable[[Path], None] | None = None,
+    on_graded: Callable[[list[NotebookGrade]], None] | None = None,
+) -> list[NotebookGrade]:
+    """Grade every ``*.ipynb`` in ``folder``, sorted by name, against the notebooks of
+    ``release_dir``; ``on_start`` sees each path first, ``on_graded`` the grades so far
+    after each notebook. Other files of the folder (but hidden ones) get a row saying
+    they were not graded, and a notebook whose grading fails for any reason gets a row
+    saying why: the rest of the folder is graded all the same."""
+    release = load_release(release_dir)
+    notebooks = _notebooks_in(folder)
+    others = [path for path in Path(folder).iterdir()
+              if path.is_file() and path.suffix != ".ipynb" and not path.name.startswith(".")]
+    grades = []
+    for path in sorted(notebooks + others):
+        if on_start is not None:
+            on_start(path)
+        if path.suffix != ".ipynb":
+            grade = NotebookGrade(notebook=path.name, problem="not graded: only *.ipynb notebooks are")
+        else:
+            try:
+                grade = grade_notebook(path, release, seed=seed, timeout=timeout, notebook_timeout=notebook_timeout)
+            except Exception as error:  # a fault of the grader's, not the student's: say it, go on
+                grade = NotebookGrade(notebook=path.name, problem=f"grading failed: {_error_line(type(error).__name__, str(error))}")
+        grades.append(grade)
+        if on_graded is not None:
+            on_graded(grades)
+    return grades
+
+
+def _checker_columns(grade: NotebookGrade) -> list[tuple[str, CheckerResult]]:
+    """(column name, result) for each checker; a label called twice gets ``#2``, ``#3``..."""
+    seen: dict[str, int] = {}
+    columns = []
+    for checker in grade.checkers:
+        seen[checker.label] = seen.get(checker.label, 0) + 1
+        count = seen[checker.label]
+        columns.append((checker.label if count == 1 else f"{checker.label}#{count}", checker))
+    return columns
+
+
+def _changed_checkers(grade: NotebookGrade) -> str:
+    changed: dict[str, list[str]] = {}
+    for name, checker in _checker_columns(grade):
+        if checker.in_return != AS_RELEASED:
+            changed.setdefault(checker.in_return, []).append(name)
+    return "; ".join(f"{state}: {', '.join(names)}" for state, names in changed.items())
+
+
+def _errors_outside_checkers(grade: NotebookGrade) -> str:
+    errors = [f"cell {cell.cell_index}: {cell.error}" for cell in grade.errored_cells]
+    if grade.problem:
+        errors.append(grade.problem)
+    return "; ".join(errors)
+
+
+def format_table(grades: list[NotebookGrade]) -> str:
+    """A plain-text table: one row per notebook with its score, ✓/✗ per checker, the
+    checker cells the return had edited or lost, and the cells outside the checkers
+    that raised. Checkers are columns, in order of first appearance, so copies of one
+    notebook line up; a notebook without a column's checker leaves it blank."""
+    checker_names: list[str] = []
+    for grade in grades:
+        for name, _ in _checker_columns(grade):
+            if name not in checker_names:
+                checker_names.append(name)
+
+    header = ["notebook", "score", *checker_names, "checker cells changed", "errors outside checkers"]
+    rows = [header]
+    for grade in grades:
+        marks = {
+            name: PASSED_MARK if checker.passed else FAILED_MARK
+            for name, checker in _checker_columns(grade)
+        }
+        rows.append(
+            [
+                grade.notebook,
+                grade.score,
+                *(marks.get(name, "") for name in checker_names),
+                _changed_checkers(grade),
+                _errors_outside_checkers(grade),
+            ]
+        )
+
+    widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
+    lines = [
+        "  ".join(text.ljust(width) for text, width in zip(row, widths)).rstrip() for row in rows
+    ]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+CSV_COLUMNS = ["notebook", "checker", "passed", "error", "checker_cell", "release"]
+
+
+def write_csv(grades: list[NotebookGrade], out_path: str | Path) -> Path:
+    """One row per notebook and checker of the release: notebook, checker, passed (1 or
+    0), error, checker_cell (as released, edited or missing in the return) and release.
+    A notebook that matches no released notebook gets one row saying why."""
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    partial_path = out_path.with_name(out_path.name + ".partial")
+    with partial_path.open("w", newline="", encoding="utf-8") as out_file:
+        writer = csv.writer(out_file)
+        writer.writerow(CSV_COLUMNS)
+        for grade in grades:
+            if not grade.checkers:
+                writer.writerow([grade.notebook, "", 0, grade.problem or "", "", grade.release or ""])
+            for name, checker in _checker_columns(grade):
+                writer.writerow([grade.notebook, name, int(checker.passed), checker.error or "",
+                                 checker.in_return, grade.release])
+    partial_path.replace(out_path)  # a reader never sees half a file
+    return out_path
+
+
+# --- command line -------------------------------------------------------------------
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m course_lib.teaching.instructor",
+        description=(
+            "Instructor tools for the course notebooks: make student copies with the "
+            "solutions removed, and grade the notebooks students return. "
+            f"Needs the instructor-only packages: {INSTALL_HINT}"
+        ),
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    student = commands.add_parser(
+        "student",
+        help="write student copies of the notebooks in a folder",
+        description=(
+            "Copy every *.ipynb in SRC_DIR (not recursive) into DEST_DIR, replacing each "
+            f"'{BEGIN_SOLUTION}' ... '{END_SOLUTION}' block of a cell tagged "
+            f"'{SOLUTION_TAG}' with '# YOUR CODE HERE' and 'pass', dropping cells tagged "
+            f"'{REMOVE_IN_STUDENT_TAG}' and clearing outputs."
+        ),
+    )
+    student.add_argument("src_dir", metavar="SRC_DIR", help="folder of instructor notebooks")
+    student.add_argument("dest_dir", metavar="DEST_DIR", help="folder to write the copies to")
+
+    grade = commands.add_parser(
+        "grade",
+        help="grade returned notebooks against the release and print a score table",
+        description=(
+            "Run every *.ipynb in SUBMISSIONS_DIR, each in a process of its own, with the "
+            "checker cells of the released notebook it comes from (found by their ids) in "
+            "place of its own, against course_lib.teaching.exercises imported afresh, on hidden inputs "
+            "drawn from --seed. Print per notebook the checkers passed, the checker cells it "
+            "had edited or lost and the other cells that raised. This runs the students' "
+            "code: do it in a sandbox or container. The exit code is 0 whatever the scores; "
+            "it is non-zero only when grading itself fails."
+        ),
+    )
+    grade.add_argument(
+        "submissions_dir", metavar="SUBMISSIONS_DIR", help="folder of returned notebooks"
+    )
+    grade.add_argument(
+        "--release", metavar="DIR", default="notebooks",
+        help="folder of the instructor's notebooks the returns come from (default notebooks)",
+    )
+    grade.add_argument(
+        "--out", metavar="CSV",
+        help="also write one row per checker to this CSV file, rewritten as each notebook is graded",
+    )
+    grade.add_argument(
+        "--seed", metavar="N", type=int,
+        help="seed of the checkers' hidden inputs (default: a new one, printed, to grade the same way again)",
+    )
+    grade.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        type=int,
+        default=DEFAULT_TIMEOUT,
+        help=f"longest a single cell may run before it is interrupted (default {DEFAULT_TIMEOUT})",
+    )
+    grade.add_argument(
+        "--notebook-timeout", metavar="SECONDS", type=float, default=DEFAULT_NOTEBOOK_TIMEOUT,
+        help=f"longest one notebook may run before its process and kernel are killed (default {DEFAULT_NOTEBOOK_TIMEOUT})",
+    )
+    stamp = commands.add_parser(
+        "stamp",
+        help="give the exercise cells of notebooks their ids and nbgrader metadata",
+        description="Write nbgrader's metadata (grade_id, solution, grade, locked, points) into the "
+                    "exercise cells of each notebook, in place; sources and outputs stay as they are.",
+    )
+    stamp.add_argument("notebooks", metavar="NOTEBOOK", nargs="+", help="notebooks to stamp")
+    run_graded_command = commands.add_parser("run-graded", help=argparse.SUPPRESS)
+    run_graded_command.add_argument("graded_path", type=Path)
+    run_graded_command.add_argument("folder", type=Path)
+    run_graded_command.add_argument("summary_path", type=Path)
+    run_graded_command.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT)
+    execute = commands.add_parser(
+        "execute",
+        help="re-execute notebooks in place, saving their new outputs",
+        description="Run each notebook top to bottom in a fresh kernel and save it; stop at the first error.",
+    )
+    execute.add_argument("notebooks", metavar="NOTEBOOK", nargs="+", help="notebooks to execute")
+    execute.add_argument("--timeout", metavar="SECONDS", type=int, default=DEFAULT_TIMEOUT,
+                         help=f"longest a single cell may run (default {DEFAULT_TIMEOUT})")
+    return parser
+
+
+def _grade_command(arguments) -> None:
+    seed = arguments.seed if arguments.seed is not None else secrets.randbelow(2**31)
+    print(f"hidden inputs from seed {seed} (--seed {seed} grades the same way again)", file=sys.stderr)
+
+    def save(grades):
+        latest = grades[-1]
+        print(f"  {latest.notebook}: {latest.score}", file=sys.stderr)
+        if arguments.out:
+            write_csv(grades, arguments.out)
+
+    grades = grade_folder(
+        arguments.submissions_dir,
+        arguments.release,
+        seed=seed,
+        timeout=arguments.timeout,
+        notebook_timeout=arguments.notebook_timeout,
+        on_start=lambda path: print(f"grading {path.name} ...", file=sys.stderr),
+        on_graded=save,
+    )
+    print(format_table(grades))
+    if arguments.out:
+        print(f"wrote {arguments.out}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    arguments = _build_parser().parse_args(argv)
+    try:
+        if arguments.command == "student":
+            for path in make_student_copies(arguments.src_dir, arguments.dest_dir):
+                print(f"wrote {path}")
+        elif arguments.command == "execute":
+            for path in arguments.notebooks:
+                print(f"executing {path} ...", file=sys.stderr)
+                execute_in_place([path], timeout=arguments.timeout)
+        elif arguments.command == "stamp":
+            for path in stamp_exercise_metadata(arguments.notebooks):
+                print(f"stamped {path}")
+        elif arguments.command == "run-graded":
+            run_graded(arguments.graded_path, arguments.folder, arguments.timeout, arguments.summary_path)
+        else:
+            _grade_command(arguments)
+    except (ImportError, OSError, ValueError, RuntimeError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+import pytest
+import torch
+
+from course_lib.core import runtime  # before triton: it may select the interpreter
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from conftest import gpu_only  # noqa: E402
+
+
+def test_describe_names_triton_and_where_kernels_run():
+    text = runtime.describe()
+    assert "Triton" in text
+    assert ("CPU interpreter" in text) != runtime.ON_GPU
+
+
+def test_device_matches_backend():
+    assert runtime.DEVICE.type == ("cuda" if runtime.ON_GPU else "cpu")
+
+
+def test_old_gpu_falls_back_to_the_interpreter_with_an_explanation(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (7, 5))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Tesla T4")
+    with pytest.warns(UserWarning, match=r"Tesla T4 has compute capability 7.5.*needs 8.0 or newer"):
+        use_gpu, reason = runtime._choose_backend()
+    assert not use_gpu and "Tesla T4" in reason
+
+
+def test_no_gpu_and_forced_interpreter(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert runtime._choose_backend() == (False, "no CUDA GPU was found")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert runtime._choose_backend() == (False, "TRITON_INTERPRET=1 is set")
+
+
+def test_supported_gpu_is_used(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100")
+    assert runtime._choose_backend() == (True, "NVIDIA H100")
+
+
+@pytest.mark.parametrize("elements, warps", [(1, 1), (256, 1), (1024, 4), (4096, 16), (1 << 20, 16)])
+def test_num_warps_for(elements, warps):
+    assert runtime.num_warps_for(elements) == warps
+
+
+def test_host_integer_helpers_agree_with_triton():
+    # The launchers' own copies, fast on the host; triton's are the reference.
+    import triton
+
+    for n in [0, 1, 2, 3, 4, 5, 7, 8, 9, 1000, 1023, 1024, 1025, 2**31 - 1, 2**31, 2**40 + 3]:
+        assert runtime.next_power_of_2(n) == triton.next_power_of_2(n), n
+        for block in [1, 2, 3, 16, 1000, 2**31]:
+            assert runtime.cdiv(n, block) == triton.cdiv(n, block), (n, block)
+
+
+def test_pick():
+    assert runtime.pick(gpu="big", cpu="small") == ("big" if runtime.ON_GPU else "small")
+
+
+def test_interpreter_refuses_a_triton_imported_too_early(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(runtime, "_REASON", "no CUDA GPU was found")
+    # triton is in sys.modules here, as it is after a notebook's `import triton`.
+    with pytest.raises(ImportError, match="course_lib must be imported before triton"):
+        runtime._select_interpreter()
+
+
+def test_interpreter_accepts_a_variable_set_in_advance(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    runtime._select_interpreter()
+
+
+@triton.jit
+def _scaled_copy_kernel(src_ptr, dst_ptr, n, scale, BLOCK: tl.constexpr, ADD_ONE: tl.constexpr = False):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    values = tl.load(src_ptr + offsets, mask=mask) * scale
+    if ADD_ONE:
+        values += 1
+    tl.store(dst_ptr + offsets, values, mask=mask)
+
+
+@pytest.mark.parametrize("triton_version, numpy_version, refused", [
+    ("3.6.0", "2.4.6", True), ("3.5.1", "2.5.0", True), ("3.6.0", "2.3.5", False),
+    ("3.7.1", "2.4.6", False), ("3.9.0", "2.5.2", False),
+])
+def test_interpreter_refuses_numpy_its_triton_cannot_run_with(triton_version, numpy_version, refused):
+    if refused:
+        with pytest.raises(ImportError, match=rf"Triton {triton_version}'s CPU interpreter does not work with "
+                                              rf"numpy {numpy_version}; install numpy<2.4"):
+            runtime._check_interpreter_numpy(triton_version, numpy_version)
+    else:
+        runtime._check_interpreter_numpy(triton_version, numpy_version)
+
+
+def test_specialisation_tells_apart_what_triton_compiles_for():
+    """Every fact Triton specialises a kernel on changes launch's key: dtypes, 16-byte
+    alignment, integers equal to 1, multiples of 16, beyond 32 bits."""
+    x = torch.zeros(64, device=runtime.DEVICE)
+    key = runtime._specialisation
+    assert key(x) != key(x[1:]) and key(x) == key(x[4:])  # 4 floats = 16 bytes
+    assert key(x) != key(x.half())
+    assert len({key(1), key(16), key(17), key(2**31 + 16)}) == 4
+    assert key(32) == key(16) and key(True) != key(1) and key(None) is None
+
+
+@pytest.mark.parametrize("offset", [0, 1, 4], ids=["aligned", "misaligned", "aligned_again"])
+def test_launch_gives_what_kernel_grid_gives(offset):
+    """Launched twice (on a GPU the second time directly, past kernel[grid]), on aligned
+    and misaligned views, with a constexpr left at its default and one set."""
+    src = torch.randn(1000 + offset, device=runtime.DEVICE)[offset:]
+    for add_one in (False, True):
+        expected = src * 0.5 + add_one
+        for _ in range(2):
+            dst = torch.full_like(src, float("nan"))
+            constexprs = {"ADD_ONE": True} if add_one else {}
+            runtime.launch(_scaled_copy_kernel, (runtime.cdiv(1000, 128),), src, dst, 1000, 0.5, BLOCK=128,
+                           num_warps=2, **constexprs)
+            torch.testing.assert_close(dst, expected)
+
+
+def test_kernel_grid_launches_gives_the_same_and_restores_direct_launches():
+    src = torch.randn(300, device=runtime.DEVICE)
+    direct = runtime._direct_launch
+    with runtime.kernel_grid_launches():
+        assert runtime._direct_launch is False
+        dst = torch.empty_like(src)
+        runtime.launch(_scaled_copy_kernel, (runtime.cdiv(300, 128),), src, dst, 300, 2.0, BLOCK=128)
+        torch.testing.assert_close(dst, src * 2.0)
+    assert runtime._direct_launch is direct
+    with pytest.raises(RuntimeError, match="inside"):
+        with runtime.kernel_grid_launches():
+            raise RuntimeError("a failure inside the block")
+    assert runtime._direct_launch is direct
+
+
+@gpu_only  # the interpreter calls no launch hooks
+def test_launch_hooks_see_every_launch_and_then_none():
+    """A profiler's launch hooks (triton.knobs.runtime) see direct launches too, with the
+    kernel's name; once removed, launches go on without them."""
+    src = torch.randn(300, device=runtime.DEVICE)
+    dst = torch.empty_like(src)
+    seen = []
+
+    def hook(metadata):
+        seen.append(metadata.get()["name"])
+
+    def launch():
+        runtime.launch(_scaled_copy_kernel, (runtime.cdiv(300, 128),), src, dst, 300, 3.0, BLOCK=128)
+
+    launch()  # compiled outside the hook
+    runtime.triton.knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        for _ in range(2):
+            launch()
+    finally:
+        runtime.triton.knobs.runtime.launch_enter_hook.remove(hook)
+    launch()
+    torch.testing.assert_close(dst, src * 3.0)
+    assert seen == ["_scaled_copy_kernel"] * 2

@@ -1,0 +1,204 @@
+"""What every public function refuses, and how: other layouts, torch.func transforms,
+forward-mode tangents and second-order gradients (course_lib/core/validation.py)."""
+
+import pytest
+import torch
+from torch.autograd import forward_ad
+
+from course_lib import LayerNorm, causal_softmax, coor_descent, layernorm, softmax, weighted_sum
+from course_lib.core.runtime import DEVICE, ON_GPU
+
+
+def _coor_descent(s, mask=None):
+    return coor_descent(s, n_iters=4, k=2, mask=mask)
+
+
+def _module(x):
+    return LayerNorm(7, device=DEVICE)(x)
+
+
+# (name, function, its tensor arguments by name): every public callable, small inputs.
+CASES = [
+    ("weighted_sum", weighted_sum, lambda: {"x": torch.randn(5, 7), "weight": torch.randn(7)}),
+    ("softmax", softmax, lambda: {"x": torch.randn(5, 7)}),
+    ("causal_softmax", causal_softmax, lambda: {"x": torch.randn(2, 6, 6)}),
+    ("layernorm", layernorm, lambda: {"x": torch.randn(5, 7), "gamma": torch.randn(7), "beta": torch.randn(7)}),
+    ("LayerNorm", _module, lambda: {"x": torch.randn(5, 7)}),
+    ("coor_descent", _coor_descent, lambda: {"s": torch.randn(5, 7), "mask": torch.rand(5, 7) > 0.2}),
+]
+IDS = [name for name, _, _ in CASES]
+
+
+def inputs_of(make):
+    return {name: t.to(DEVICE) for name, t in make().items()}
+
+
+def differentiable(inputs):
+    return [t for t in inputs.values() if t.is_floating_point()]
+
+
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
+@pytest.mark.parametrize("layout", ["sparse_coo", "sparse_csr"])
+@pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
+def test_rejects_sparse_tensors_naming_the_argument(op, fn, make, layout):
+    for name, tensor in inputs_of(make).items():
+        if layout == "sparse_csr" and tensor.ndim != 2:
+            continue
+        inputs = inputs_of(make)
+        inputs[name] = tensor.to_sparse_csr() if layout == "sparse_csr" else tensor.to_sparse()
+        with pytest.raises(TypeError, match=rf"{op}: {name} has layout torch.{layout}; only dense tensors"):
+            fn(**inputs)
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors is in prototype stage")
+@pytest.mark.parametrize("layout", [torch.strided, torch.jagged], ids=["strided", "jagged"])
+@pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
+def test_rejects_nested_tensors_naming_the_argument(op, fn, make, layout):
+    name, tensor = next(iter(inputs_of(make).items()))
+    inputs = inputs_of(make)
+    inputs[name] = torch.nested.nested_tensor([tensor, tensor[:1]], layout=layout)
+    with pytest.raises(TypeError, match=rf"{op}: {name} (is a nested tensor|has layout torch.jagged); only dense"):
+        fn(**inputs)
+
+
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor")
+@pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
+def test_rejects_quantized_tensors_naming_the_argument(op, fn, make):
+    inputs = inputs_of(make)
+    name = next(iter(inputs))
+    inputs[name] = torch.quantize_per_tensor(inputs[name].cpu(), 0.1, 0, torch.qint8)
+    with pytest.raises(TypeError, match=rf"{op}: {name} is quantized \(torch.qint8\)"):
+        fn(**inputs)
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["inference", "training"])
+@pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
+def test_refuses_forward_mode_tangents_instead_of_dropping_them(op, fn, make, requires_grad):
+    # Without the check, a call that needs no backward skips autograd and returns a plain
+    # tensor: unpack_dual(y).tangent would be None, a silently wrong derivative.
+    for name in [n for n, t in inputs_of(make).items() if t.is_floating_point()]:
+        inputs = inputs_of(make)
+        for t in differentiable(inputs):
+            t.requires_grad_(requires_grad)
+        with forward_ad.dual_level():
+            inputs[name] = forward_ad.make_dual(inputs[name], torch.randn_like(inputs[name]))
+            with pytest.raises(NotImplementedError, match=rf"{op}: {name} carries a forward-mode tangent"):
+                fn(**inputs)
+
+
+@pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
+def test_plain_tensors_inside_a_dual_level_still_work(op, fn, make):
+    inputs = inputs_of(make)
+    expected = fn(**inputs)
+    with forward_ad.dual_level():
+        assert torch.equal(fn(**inputs), expected)
+
+
+@pytest.mark.parametrize("constant_grad_output", [True, False], ids=["constant-dy", "dy-with-grad"])
+@pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
+def test_second_order_gradients_raise_instead_of_being_detached(op, fn, make, constant_grad_output):
+    inputs = inputs_of(make)
+    leaves = [t.requires_grad_() for t in differentiable(inputs)]
+    y = fn(**inputs)
+    grad_y = torch.randn_like(y, requires_grad=not constant_grad_output)
+    first = torch.autograd.grad(y, leaves, grad_y, create_graph=True)
+    plain = torch.autograd.grad(fn(**inputs), leaves, grad_y.detach())
+    for got, expected in zip(first, plain):  # create_graph changes nothing in the values
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    # A gradient penalty: its second-order terms cannot be computed, so this must raise
+    # rather than quietly leave them out (torch's once_differentiable would, for a
+    # constant dy).
+    penalty = sum((g.float() ** 2).sum() for g in first)
+    backward_of = {"causal_softmax": "softmax", "LayerNorm": "layernorm"}.get(op, op)
+    with pytest.raises(RuntimeError, match=f"{backward_of}: second-order gradients are not supported"):
+        (y.float().sum() + penalty).backward()
+
+
+@pytest.mark.parametrize("op, fn, make", CASES[:4], ids=IDS[:4])
+def test_rejects_torch_func_transforms(op, fn, make):
+    inputs = inputs_of(make)
+    names = list(inputs)
+    batched = [t.expand(3, *t.shape) for t in inputs.values()]
+    with pytest.raises(TypeError, match=rf"{op}: \w+ is a tensor of a torch.func transform"):
+        torch.func.vmap(lambda *args: fn(**dict(zip(names, args))))(*batched)
+
+
+# ------------------------------------------------- the checks every argument goes through
+
+
+def each_argument(make):
+    """(name, inputs) for every tensor argument of a case, fresh inputs each time."""
+    for name in inputs_of(make):
+        yield name, inputs_of(make)
+
+
+@pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
+def test_rejects_non_tensors_naming_the_argument(op, fn, make):
+    for name, inputs in each_argument(make):
+        inputs[name] = inputs[name].tolist()
+        with pytest.raises(TypeError, match=rf"{op}: {name} must be a torch.Tensor, got list"):
+            fn(**inputs)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.int32, torch.bool])
+@pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
+def test_rejects_unsupported_dtypes_naming_the_argument(op, fn, make, dtype):
+    for name, inputs in each_argument(make):
+        accepted = "bool" if inputs[name].dtype == torch.bool else "float32, float16, bfloat16"
+        if inputs[name].dtype == dtype or (accepted == "bool" and dtype != torch.int32):
+            continue
+        inputs[name] = inputs[name].to(dtype)
+        with pytest.raises(TypeError, match=rf"{op}: {name} has dtype {dtype}; accepted: {accepted}"):
+            fn(**inputs)
+
+
+@pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
+def test_rejects_tensors_on_another_device_naming_the_argument(op, fn, make):
+    for name, inputs in each_argument(make):
+        inputs[name] = inputs[name].to("meta")
+        with pytest.raises(ValueError, match=rf"{op}: {name} is on meta, but kernels here run on .*move it with"):
+            fn(**inputs)
+
+
+@pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
+def test_rejects_too_few_dimensions(op, fn, make):
+    inputs = inputs_of(make)
+    name, first = next(iter(inputs.items()))
+    least = 2 if op == "causal_softmax" else 1
+    inputs[name] = first.reshape(-1)[0] if least == 1 else first[0, 0]
+    if "mask" in inputs:
+        inputs["mask"] = inputs["mask"].reshape(-1)[0]
+    with pytest.raises(ValueError, match=rf"{op}: {name} must have at least {least} dimension"):
+        fn(**inputs)
+
+
+# Before torch 2.13, AOTAutograd hands back the first-order gradients of a compiled
+# graph detached when its backward reads no tensor that requires grad: the softmax's
+# reads only its output y and dy. On a GPU, where the operators' kernels are traced into
+# the graph, coordinate descent's come back detached too (seen with torch 2.11). There a
+# gradient penalty would lose its second-order terms without a word; the README warns
+# of it. From 2.13 AOTAutograd refuses it.
+TORCH_VERSION = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
+DETACHED_WHEN_COMPILED = (
+    {"softmax", "causal_softmax"} | ({"coor_descent"} if ON_GPU else set()) if TORCH_VERSION < (2, 13) else set()
+)
+
+
+@pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
+def test_second_order_gradients_raise_under_torch_compile_too(op, fn, make):
+    # Compiled, the public functions are custom operators whose backward is another
+    # operator: AOTAutograd refuses the gradient penalty with its own error, which is
+    # fine; what must never happen unannounced is a penalty without its second-order terms.
+    torch._dynamo.reset()
+    inputs = inputs_of(make)
+    leaves = [t.requires_grad_() for t in differentiable(inputs)]
+    target = LayerNorm(7, device=DEVICE) if op == "LayerNorm" else fn  # built outside the compiled region
+    compiled = torch.compile(lambda **kwargs: target(**kwargs), fullgraph=True, backend="aot_eager")
+    y = compiled(**inputs)
+    first = torch.autograd.grad(y, leaves, torch.randn_like(y), create_graph=True)
+    if op in DETACHED_WHEN_COMPILED:  # the known exception above, as it stands: detached, visibly
+        assert not any(g.requires_grad for g in first)
+        return
+    penalty = sum((g.float() ** 2).sum() for g in first)
+    with pytest.raises(RuntimeError, match="does not currently support double backward|second-order gradients"):
+        (y.float().sum() + penalty).backward()

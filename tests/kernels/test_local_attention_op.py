@@ -1,0 +1,169 @@
+import pytest
+import torch
+
+from conftest import COMPILE_MODES, DTYPES, assert_compiled_refuses, assert_compiles_whole, assert_matches
+from course_lib.core import references
+from course_lib.kernels import local_attention_op as la
+from course_lib.kernels.local_attention_op import MAX_HEAD_DIM, Tiles, local_causal_attention
+from course_lib.core.runtime import DEVICE, pick
+
+# (batch, heads, n, head_dim, window): one token; n not a multiple of the window; a
+# window longer than the sequence; windows of one token; head sizes that are not powers
+# of two and the largest one held in registers.
+CASES = [(1, 1, 1, 8, 4), (2, 3, 37, 16, 8), (1, 2, 64, 64, 16), (1, 1, 130, 32, 64), (2, 1, 9, 4, 100),
+         (1, 1, 50, 24, 1), (1, 1, 70, 128, 32)] + pick(
+    gpu=[(2, 8, 1024, 64, 128), (1, 4, 4100, 64, 128), (1, 2, 300, 96, 50)], cpu=[])
+
+
+def heads_of(t, heads):
+    """(b, n, h * d) -> (b, h, n, d) as a view, as a block splits its heads."""
+    b, n, _ = t.shape
+    return t.reshape(b, n, heads, -1).transpose(1, 2)
+
+
+def qkv(batch, heads, n, head_dim, dtype):
+    """q, k and v as one projection's three chunks: strided views, as the block passes them."""
+    projection = torch.randn(batch, n, 3 * heads * head_dim, device=DEVICE, dtype=dtype)
+    return [heads_of(t, heads).requires_grad_() for t in projection.chunk(3, dim=-1)]
+
+
+def check(q, k, v, window):
+    out = local_causal_attention(q, k, v, window)
+    grad_out = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), grad_out)
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    expected = references.local_causal_attention(q64, k64, v64, window)
+    expected_grads = torch.autograd.grad(expected, (q64, k64, v64), grad_out.double())
+    keys_seen = min(2 * window, q.shape[-2])  # terms in a query's sums
+    assert_matches(out, expected.detach(), q.dtype, what="out")
+    for name, got, want in zip("qkv", grads, expected_grads):
+        assert_matches(got, want, q.dtype, length=keys_seen, what=f"grad_{name}")
+    return out, grads
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("batch", "heads", "n", "head_dim", "window"), CASES, ids=str)
+def test_matches_dense_reference(batch, heads, n, head_dim, window, dtype):
+    q, k, v = (t.detach().transpose(1, 2).contiguous().transpose(1, 2).requires_grad_()
+               for t in qkv(batch, heads, n, head_dim, dtype))
+    check(q, k, v, window)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_any_strides(dtype):
+    q, k, v = qkv(2, 3, 37, 16, dtype)  # chunks of one projection
+    out, _ = check(q, k, v, 8)
+    contiguous = [t.detach().contiguous().requires_grad_() for t in (q, k, v)]
+    torch.testing.assert_close(local_causal_attention(*contiguous, 8), out, rtol=0, atol=0)
+
+
+def test_output_is_laid_out_heads_last():
+    q, k, v = qkv(2, 3, 20, 8, torch.float32)
+    out = local_causal_attention(q, k, v, 4)
+    assert out.shape == (2, 3, 20, 8) and out.transpose(1, 2).is_contiguous()  # merging heads is a view
+    grads = torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
+    assert all(g.shape == (2, 3, 20, 8) for g in grads)
+
+
+def test_without_gradients_gives_the_same_values():
+    q, k, v = qkv(1, 2, 33, 16, torch.float32)
+    with torch.no_grad():
+        plain = local_causal_attention(q, k, v, 8)
+    assert not plain.requires_grad
+    torch.testing.assert_close(plain, local_causal_attention(q, k, v, 8).detach(), rtol=0, atol=0)
+
+
+def test_a_key_outside_the_windows_changes_nothing():
+    # Query 20 with windows of 8 sees keys 8..20. Keys 7 and 21.. share its tiles: NaN
+    # scores there and huge values must get weight exactly 0. (A NaN value would not
+    # stay out: 0 * NaN is NaN in the weights' product with the values, as in any
+    # attention that multiplies a tile of weights by a tile of values.)
+    q, k, v = (t.detach() for t in qkv(1, 1, 24, 8, torch.float32))
+    clean = local_causal_attention(q, k, v, 8)
+    k_dirty, v_dirty = k.clone(), v.clone()
+    for hidden in (7, slice(21, None)):
+        k_dirty[..., hidden, :] = float("nan")
+        v_dirty[..., hidden, :] = 1e30
+    dirty = local_causal_attention(q, k_dirty, v_dirty, 8)
+    assert torch.equal(dirty[..., 20, :], clean[..., 20, :])
+
+
+@pytest.mark.parametrize("tiles", [Tiles(32, 128, 8, 3), Tiles(128, 32, 4, 1), Tiles(16, 16, 4, 2)], ids=str)
+def test_any_tiles_give_the_same_values(tiles):
+    # Tiles larger and smaller than the window, and tiles of queries and keys that differ:
+    # the key range of a query tile (and the query range of a key tile) must not assume
+    # the tuned ones. Compared with the float64 reference, as the default tiles are.
+    q, k, v = (t.detach() for t in qkv(1, 2, 150, 16, torch.float32))
+    out, lse = la.local_attention_forward(q, k, v, 40, tiles=tiles)
+    grad_out = torch.randn_like(out)
+    grads = la.local_attention_backward(grad_out, q, k, v, out, lse, 40, q_tiles=tiles, kv_tiles=tiles)
+    q64, k64, v64 = (t.double().requires_grad_() for t in (q, k, v))
+    expected = references.local_causal_attention(q64, k64, v64, 40)
+    expected_grads = torch.autograd.grad(expected, (q64, k64, v64), grad_out.double())
+    assert_matches(out, expected.detach(), torch.float32, what="out")
+    for name, got, want in zip("qkv", grads, expected_grads):
+        assert_matches(got, want, torch.float32, length=80, what=f"grad_{name}")
+
+
+def test_empty_sequence():
+    q, k, v = (torch.zeros(2, 3, 0, 8, device=DEVICE, requires_grad=True) for _ in range(3))
+    out = local_causal_attention(q, k, v, 4)
+    assert out.shape == (2, 3, 0, 8)
+    grads = torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
+    assert all(g.shape == (2, 3, 0, 8) for g in grads)
+
+
+def test_rejects_more_heads_than_a_grid_holds():
+    # 70000 (batch * heads) programs in the grid's second dimension, which holds 65535.
+    q = torch.zeros(1, 1, 1, 1, device=DEVICE).expand(70000, 1, 16, 16)
+    with pytest.raises(ValueError, match=r"batch \* heads = 70000 is more than the 65535"):
+        local_causal_attention(q, q, q, 8)
+
+
+# ---------------------------------------------------------------- bad input
+
+OK = torch.zeros(1, 2, 8, 16, device=DEVICE)
+
+
+@pytest.mark.parametrize(("args", "error", "match"), [
+    ((OK.cpu().numpy(), OK, OK, 4), TypeError, "q must be a torch.Tensor"),
+    ((OK[0], OK[0], OK[0], 4), ValueError, r"q must have at least 4 dimension|q must have 4 dimensions"),
+    ((OK[None], OK[None], OK[None], 4), ValueError, r"q must have 4 dimensions \(batch, heads, n, head_dim\)"),
+    ((OK, OK[:, :, :4], OK, 4), ValueError, r"q, k and v must have one shape"),
+    ((OK, OK.double(), OK, 4), TypeError, r"float64|dtype"),
+    ((OK, OK, OK.half(), 4), (TypeError, ValueError), r"dtype"),
+    ((torch.zeros(1, 1, 4, MAX_HEAD_DIM + 1, device=DEVICE),) * 3 + (4,), ValueError,
+     rf"head_dim must be between 1 and {MAX_HEAD_DIM}, got {MAX_HEAD_DIM + 1}"),
+    ((OK, OK, OK, 0), ValueError, "window must be at least 1, got 0"),
+    ((OK, OK, OK, 4.0), TypeError, "window must be an int, got float"),
+    ((OK, OK, OK, True), TypeError, "window must be an int, got bool"),
+], ids=["numpy", "3-D", "5-D", "shapes", "float64", "mixed dtypes", "head_dim", "window 0", "window float",
+        "window bool"])
+def test_rejects_bad_input(args, error, match):
+    with pytest.raises(error, match=match):
+        local_causal_attention(*args)
+
+
+# ------------------------------------------------------------------ torch.compile
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("mode", COMPILE_MODES)
+def test_compiles_whole(mode, dtype):
+    q, k, v = qkv(2, 3, 37, 16, dtype)
+    assert_compiles_whole(lambda q, k, v: local_causal_attention(q, k, v, 8), q, k, v, mode=mode,
+                          op="local_attention")
+
+
+def test_compiled_refuses_bad_input():
+    assert_compiled_refuses(lambda q: local_causal_attention(q, q, q, 0), OK, error=ValueError,
+                            match="window must be at least 1")
+
+
+def test_operators_pass_opcheck():
+    q, k, v = (t.detach().requires_grad_() for t in qkv(1, 2, 19, 16, torch.float32))
+    torch.library.opcheck(torch.ops.course_lib.local_attention.default, (q, k, v, 8))
+    out, lse = torch.ops.course_lib.local_attention(q.detach(), k.detach(), v.detach(), 8)
+    grad_out = torch.randn_like(out)
+    torch.library.opcheck(torch.ops.course_lib.local_attention_backward.default,
+                          (grad_out.transpose(1, 2), q.detach(), k.detach(), v.detach(), out.transpose(1, 2), lse, 8))

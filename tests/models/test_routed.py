@@ -1,0 +1,310 @@
+"""The routed block (course_lib.routed) against colt5-attention 0.11.2's modules, module
+by module, and against itself on the PyTorch references in float64; bad input; the
+block under torch.compile. Sizes are tiny: the kernels run in the interpreter on a CPU."""
+
+import pytest
+import torch
+from colt5_attention import ConditionalRoutedAutoregressiveAttention, ConditionalRoutedFeedForward
+from colt5_attention import CoordinateDescentRouter as Colt5Router
+from colt5_attention.attend import Attend
+from colt5_attention.transformer_block import RMSNorm
+from conftest import COMPILE_MODES, TOLERANCES, assert_compiles_whole
+from local_attention import LocalMHA
+
+from course_lib.core import references
+from course_lib.models import routed
+from course_lib.models.recall_task import (IGNORE, RecallModel, RecallTask, colt5_state_dict, colt5_with_layernorm,
+                                           light_branch_reach, recall_batch, routed_block, train_recall)
+from course_lib.core.runtime import DEVICE
+
+# Against the package in float32: the same operations in another order. Gradients that
+# pass back through coordinate descent are divided by eps = 0.03 at every iteration and
+# carry more rounding (the kernel's backward is not autograd's through the loop).
+FLOAT32 = dict(rtol=1e-4, atol=1e-4)
+
+
+def padding_mask(batch, seq_len, n_padded):
+    """Right padding on the last sequence of the batch, none on the others."""
+    mask = torch.ones(batch, seq_len, dtype=torch.bool, device=DEVICE)
+    mask[-1, seq_len - n_padded:] = False
+    return mask
+
+
+def grads(outputs, inputs, grad_outputs):
+    return torch.autograd.grad(outputs, inputs, grad_outputs)
+
+
+def assert_same_grads(got, expected):
+    """Gradient by gradient; colt5-attention's (1, dim) routing token against our (dim,)."""
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e.reshape(g.shape), **FLOAT32)
+
+
+@pytest.mark.parametrize("batch, seq_len, dim, k, n_padded", [(2, 24, 16, 5, 4), (3, 17, 8, 16, 0)])
+def test_router_picks_what_colt5_picks(batch, seq_len, dim, k, n_padded):
+    ours = routed.CoordinateDescentRouter(dim).to(DEVICE)
+    theirs = Colt5Router(dim).to(DEVICE)
+    theirs.load_state_dict(colt5_state_dict(ours.state_dict()))
+    x = torch.randn(batch, seq_len, dim, device=DEVICE, requires_grad=True)
+    mask = padding_mask(batch, seq_len, n_padded)
+    got, expected = ours(x, num_tokens=k, mask=mask), theirs(x, num_tokens=k, mask=mask)
+    assert torch.equal(got.indices, expected.indices)
+    assert torch.equal(got.mask, expected.routed_mask)
+    torch.testing.assert_close(got.scores, expected.scores, **FLOAT32)
+    torch.testing.assert_close(got.tokens, expected.routed_tokens, **FLOAT32)
+    # The straight-through scores are 1 (0 on padding), but their gradient is the router's.
+    grad_scores = torch.randn_like(got.scores)
+    assert_same_grads(grads(got.scores, (x, ours.routing_token), grad_scores),
+                      grads(expected.scores, (x, theirs.routing_token), grad_scores))
+
+
+def test_feed_forward_is_colt5s_with_layernorm():
+    batch, seq_len, dim, k = 2, 19, 16, 6
+    ours = routed.RoutedFeedForward(dim, num_heavy_tokens=k).to(DEVICE)
+    theirs = colt5_with_layernorm(ConditionalRoutedFeedForward(dim, num_heavy_tokens=k)).to(DEVICE)
+    theirs.load_state_dict(colt5_state_dict(ours.state_dict()))
+    x = torch.randn(batch, seq_len, dim, device=DEVICE, requires_grad=True)
+    mask = padding_mask(batch, seq_len, 3)
+    got, expected = ours(x, mask), theirs(x, mask=mask)
+    torch.testing.assert_close(got, expected, **FLOAT32)
+    grad_y = torch.randn_like(got)
+    assert_same_grads(grads(got, (x, *ours.parameters()), grad_y), grads(expected, (x, *theirs.parameters()), grad_y))
+
+
+def test_layernorm_and_rmsnorm_differ_by_the_mean():
+    """The documented difference: colt5-attention's RMSNorm is x / rms(x) * gamma, the
+    course's LayerNorm (x - mean) / std * gamma + beta. On rows of zero mean (and beta
+    0) they agree; elsewhere LayerNorm is RMSNorm of the centred row."""
+    dim = 32
+    ours, theirs = routed.Norm(dim).to(DEVICE), RMSNorm(dim).to(DEVICE)
+    with torch.no_grad():
+        ours.weight.uniform_(0.5, 1.5)
+        theirs.gamma.copy_(ours.weight)
+    x = torch.randn(4, 5, dim, device=DEVICE) + 3.0
+    centred = x - x.mean(dim=-1, keepdim=True)
+    # LayerNorm's eps (1e-5) against a variance near 1: a relative difference of 5e-6.
+    torch.testing.assert_close(ours(x), theirs(centred), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(ours(centred), theirs(centred), rtol=1e-4, atol=1e-4)
+    assert (ours(x) - theirs(x)).abs().max() > 0.5  # a mean of 3 is not normalised away by RMSNorm
+
+
+@pytest.mark.parametrize("seq_len, window, padded", [(21, 8, 0), (16, 4, 5), (7, 8, 0)])
+def test_light_attention_is_local_attentions_local_mha(seq_len, window, padded):
+    batch, dim, heads, dim_head = 2, 16, 2, 4
+    ours = routed.LocalCausalAttention(dim, window_size=window, heads=heads, dim_head=dim_head).to(DEVICE)
+    theirs = LocalMHA(dim=dim, dim_head=dim_head, heads=heads, window_size=window, prenorm=True, causal=True,
+                      exact_windowsize=False, use_rotary_pos_emb=False).to(DEVICE)
+    theirs.load_state_dict(ours.state_dict())
+    x = torch.randn(batch, seq_len, dim, device=DEVICE, requires_grad=True)
+    mask = padding_mask(batch, seq_len, padded) if padded else None
+    got, expected = ours(x, mask), theirs(x, mask=mask)
+    torch.testing.assert_close(got, expected, **FLOAT32)
+    grad_y = torch.randn_like(got)
+    assert_same_grads(grads(got, (x, *ours.parameters()), grad_y), grads(expected, (x, *theirs.parameters()), grad_y))
+
+
+def test_autoregressive_attention_shares_our_light_branch_and_attend():
+    """colt5-attention's autoregressive attention routes per window (module docstring);
+    its light branch and its causal Attend are ours."""
+    dim, heads, dim_head, window, k = 16, 2, 4, 8, 6
+    package = ConditionalRoutedAutoregressiveAttention(
+        dim, num_heavy_tokens_q=2, num_heavy_tokens_kv=k, light_window_size=window, light_heads=heads,
+        light_dim_head=dim_head, heavy_heads=heads, heavy_dim_head=dim_head,
+    ).to(DEVICE)
+    ours = routed.RoutedCausalAttention(dim, num_heavy_tokens=k, light_window_size=window, light_heads=heads,
+                                        light_dim_head=dim_head, heavy_heads=heads, heavy_dim_head=dim_head).to(DEVICE)
+    ours.light_attn.load_state_dict(package.light_attn.state_dict())
+    x = torch.randn(2, 20, dim, device=DEVICE)
+    torch.testing.assert_close(ours.light_attn(x), package.light_attn(x), **FLOAT32)
+
+    q, key, v = (torch.randn(2, heads, k, dim_head, device=DEVICE, requires_grad=True) for _ in range(3))
+    got, expected = routed.causal_attention(q, key, v), Attend(causal=True)(q, key, v)
+    torch.testing.assert_close(got, expected, **FLOAT32)
+    grad_y = torch.randn_like(got)
+    assert_same_grads(grads(got, (q, key, v), grad_y), grads(expected, (q, key, v), grad_y))
+
+
+@pytest.mark.parametrize("n_padded", [0, 3])
+def test_routed_attention_is_dense_attention_among_routed_tokens(n_padded):
+    """Gathered in sequence order, causal_softmax over k tokens, scattered back: the same
+    as masked dense attention over the whole sequence (references.routed_causal_attention)."""
+    batch, heads, seq_len, dim_head, k = 2, 2, 15, 4, 6
+    q, key, v = (torch.randn(batch, heads, seq_len, dim_head, device=DEVICE, dtype=torch.float64)
+                 for _ in range(3))
+    indices = torch.rand(batch, seq_len, device=DEVICE).topk(k, dim=-1).indices  # in score order
+    real = padding_mask(batch, seq_len, n_padded)
+    routed_mask = torch.zeros(batch, seq_len, dtype=torch.bool, device=DEVICE).scatter(1, indices, True)
+    expected = references.routed_causal_attention(q, key, v, routed_mask, real)
+
+    order = indices.sort(dim=-1)
+    def gather(t):
+        return t.gather(2, order.values[:, None, :, None].expand(-1, heads, -1, dim_head))
+    out = routed.causal_attention(*(gather(t).float() for t in (q, key, v)),
+                                  key_mask=real.gather(1, order.values))
+    got = torch.stack([routed.scatter_tokens(out[:, h], order.values, seq_len) for h in range(heads)], dim=1)
+    torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+def make_blocks(dtype, dim=16, k=6, window=8):
+    settings = dict(num_heavy_tokens=k, light_window_size=window, heads=2, dim_head=8)
+    ours = routed.RoutedBlock(dim, **settings).to(DEVICE)
+    with torch.no_grad():  # non-trivial norms, so that their gradients show
+        for module in ours.modules():
+            if isinstance(module, routed.Norm):
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.uniform_(-0.5, 0.5)
+    reference = routed.RoutedBlock(dim, ops=routed.REFERENCE_OPS, **settings).to(DEVICE, torch.float64)
+    ours = ours.to(dtype)
+    reference.load_state_dict(ours.state_dict())
+    return ours, reference
+
+
+# float32 only: in 16-bit, routing weights below the smallest subnormal round to 0, and
+# which of several zero-weight tokens fill the last routed places is a tie that another
+# rounding breaks differently (the kernels' 16-bit accuracy is tested on their own).
+@pytest.mark.parametrize("dtype", [torch.float32])
+def test_block_matches_its_float64_reference(dtype):
+    ours, reference = make_blocks(dtype)
+    x = torch.randn(2, 20, 16, device=DEVICE, dtype=dtype, requires_grad=True)
+    mask = padding_mask(2, 20, 3)
+    x64 = x.detach().double().requires_grad_()
+    got, expected = ours(x, mask), reference(x64, mask)
+    # The same tokens routed: the outputs would differ wholesale otherwise.
+    routed_ours = ours.attn.router(x.detach(), num_tokens=6, mask=mask).indices.sort(dim=-1).values
+    routed_reference = reference.attn.router(x64.detach(), num_tokens=6, mask=mask).indices.sort(dim=-1).values
+    assert torch.equal(routed_ours, routed_reference), "the router picked other tokens than its reference"
+    # A block is a few dozen roundings deep: its errors are those of a sum of that length.
+    rtol, atol = TOLERANCES[dtype]
+    torch.testing.assert_close(got.double(), expected, rtol=rtol * 10, atol=atol * 10)
+    grad_y = torch.randn_like(got)
+    got_grads = grads(got, (x, *ours.parameters()), grad_y)
+    expected_grads = grads(expected, (x64, *reference.parameters()), grad_y.double())
+    for name, g, e in zip(["x"] + [n for n, _ in ours.named_parameters()], got_grads, expected_grads):
+        torch.testing.assert_close(g.double(), e, rtol=rtol * 10, atol=atol * 10 * g.shape[-1] ** 0.5,
+                                   msg=lambda m, name=name: f"gradient of {name}: {m}")
+
+
+def test_routed_query_never_sees_a_later_token():
+    """Causality under routing: with the routing fixed, changing the tokens after
+    position t leaves the outputs up to t unchanged."""
+    ours, _ = make_blocks(torch.float32)
+    attn = ours.attn
+    x = torch.randn(1, 20, 16, device=DEVICE)
+    picked = routed.in_sequence_order(attn.router(x, num_tokens=6))
+    later = x.clone()
+    cut = int(picked.indices[0, 3])  # a routed position with routed tokens on both sides
+    later[:, cut + 1:] = torch.randn_like(later[:, cut + 1:])
+    changed = picked._replace(tokens=routed.gather_tokens(later, picked.indices))
+    before, after = attn.heavy_attention(picked), attn.heavy_attention(changed)
+    torch.testing.assert_close(before[:, :4], after[:, :4])
+    assert (before[:, 4:] - after[:, 4:]).abs().max() > 1e-3  # the test can see a change
+    torch.testing.assert_close(attn.light_attn(x)[:, :cut + 1], attn.light_attn(later)[:, :cut + 1])
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda b, x, m: b(x[0]), ValueError, r"x must have shape \(batch, seq, 16\)"),
+    (lambda b, x, m: b(x[..., :8]), ValueError, r"x must have shape"),
+    (lambda b, x, m: b(x.double()), TypeError, r"x has dtype torch.float64; accepted: the module's dtype"),
+    (lambda b, x, m: b(x, m[:, :5]), ValueError, r"mask must have shape \(batch, seq\) = \(2, 20\)"),
+    (lambda b, x, m: b(x, m.int()), TypeError, r"mask must be a bool tensor"),
+    (lambda b, x, m: b(x[:, :4]), ValueError, r"num_heavy_tokens = 6 is larger than the sequence \(4 tokens\)"),
+    (lambda b, x, m: b.ff.router(x, num_tokens=0), ValueError, r"num_tokens must be at least 1"),
+    (lambda b, x, m: b.ff.router(x, num_tokens=2.5), TypeError, r"num_tokens must be an int"),
+    (lambda b, x, m: routed.RoutedBlock(16, num_heavy_tokens=0), ValueError, r"num_heavy_tokens must be at least 1"),
+    (lambda b, x, m: routed.RoutedFeedForward(16, num_heavy_tokens="4"), TypeError,
+     r"num_heavy_tokens must be an int"),
+    (lambda b, x, m: routed.LocalCausalAttention(16, window_size=0), ValueError, r"window_size must be at least 1"),
+    (lambda b, x, m: routed.RoutedBlock(16, num_heavy_tokens=4, heads=0), ValueError, r"heads must be at least 1"),
+    (lambda b, x, m: routed.RoutedBlock(16, num_heavy_tokens=4, dim_head=2.0), TypeError, r"dim_head must be an int"),
+    (lambda b, x, m: routed.RoutedCausalAttention(16, num_heavy_tokens=4, heavy_heads=-1), ValueError,
+     r"heavy_heads must be at least 1"),
+    (lambda b, x, m: routed.RoutedFeedForward(16, num_heavy_tokens=4, light_ff_mult=0.01), ValueError,
+     r"light_ff_mult = 0.01 gives a hidden width int\(16 \* 0.01\) < 1"),
+    (lambda b, x, m: routed.RoutedFeedForward(16, num_heavy_tokens=4, heavy_ff_mult="4"), TypeError,
+     r"heavy_ff_mult must be a number"),
+    (lambda b, x, m: b.attn.light_attn(x[..., :8]), ValueError, r"LocalCausalAttention: x must have shape"),
+    (lambda b, x, m: b.attn.light_attn(x, m[:1]), ValueError, r"LocalCausalAttention: mask must have shape"),
+    (lambda b, x, m: b.ff(x.double()), TypeError, r"x has dtype torch.float64"),
+])
+def test_bad_input_names_the_argument(call, error, match):
+    block, _ = make_blocks(torch.float32)
+    x = torch.randn(2, 20, 16, device=DEVICE)
+    with pytest.raises(error, match=match):
+        call(block, x, padding_mask(2, 20, 3))
+
+
+@pytest.mark.parametrize("mode", COMPILE_MODES)
+def test_block_compiles_whole(mode):
+    block, _ = make_blocks(torch.float32)
+    x = torch.randn(2, 20, 16, device=DEVICE, requires_grad=True)
+    assert_compiles_whole(block, x, mode=mode, op="coor_descent")
+
+
+def test_recall_batch_hides_each_value_behind_its_key():
+    task = RecallTask(seq_len=40, n_pairs=3)
+    tokens, targets = recall_batch(task, 5, torch.Generator().manual_seed(1))
+    body = task.seq_len - 2 * task.n_pairs
+    for row_tokens, row_targets in zip(tokens.tolist(), targets.tolist()):
+        pairs = {row_tokens[i]: row_tokens[i + 1] for i in range(body)
+                 if task.n_noise <= row_tokens[i] < task.n_noise + task.n_keys}
+        assert len(pairs) == task.n_pairs
+        assert sum(token >= task.n_noise for token in row_tokens[:body]) == 2 * task.n_pairs  # nothing else stands out
+        asked = [(p, row_targets[p]) for p in range(task.seq_len) if row_targets[p] != IGNORE]
+        assert [p for p, _ in asked] == list(range(body, task.seq_len, 2))
+        assert all(pairs[row_tokens[p]] == value and row_tokens[p + 1] == value for p, value in asked)
+
+
+def test_light_branch_reach_counts_the_pairs_a_query_window_sees():
+    """128 tokens, 2 pairs, windows of 8: both queries (positions 124 and 126) see back to
+    112. The first pair lies in 0..61, out of reach; the second has its key at 62 + an
+    even offset in 0..60 (31 places), reached when its value (key + 1) is at 112 or
+    later, offsets 50..60 (6 places); each query asks for either pair with probability
+    1/2. So the reach is 6 / 62. Windows as long as the sequence see every pair."""
+    task = RecallTask(seq_len=128, n_pairs=2)
+    reach = light_branch_reach(task, light_window_size=8, sequences=20000)
+    assert abs(reach - 6 / 62) < 0.01, reach
+    assert light_branch_reach(task, light_window_size=128, sequences=100) == 1.0
+
+
+def test_training_course_lib_and_reference_follow_one_curve():
+    """Same seed, same data, same initial weights: course_lib's kernels and the PyTorch
+    references start from one loss (float32 roundings apart) and both learn. After an
+    update, a token whose routing weight sits next to another's may be routed by one and
+    not the other (a rounding decides a top-k tie), so later losses agree only roughly."""
+    task = RecallTask(seq_len=32, n_pairs=2, n_noise=8, n_keys=4, n_values=4)
+    settings = dict(steps=3, batch=4, eval_batch=6, dim=16, depth=1, num_heavy_tokens=8, light_window_size=8, heads=2,
+                    dim_head=8)
+    ours, reference = (train_recall(impl, task, **settings) for impl in ("course_lib", "reference"))
+    assert len(ours.losses) == 3 and 0.0 <= ours.accuracy <= 1.0
+    torch.testing.assert_close(ours.losses[0], reference.losses[0], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(torch.tensor(ours.losses), torch.tensor(reference.losses), rtol=5e-2, atol=5e-2)
+    assert ours.losses[-1] < ours.losses[0] and reference.losses[-1] < reference.losses[0]
+
+
+@pytest.mark.parametrize("impl", ["course_lib", "reference", "colt5_attention"])
+def test_router_settings_reach_every_router_of_the_decoder(impl):
+    """router_kwargs set every router's coordinate descent, in each implementation (the
+    package's router takes the same names), and the default leaves CoLT5's eps = 0.03."""
+    task = RecallTask(seq_len=32, n_pairs=2, n_noise=8, n_keys=4, n_values=4)
+    sizes = dict(dim=16, depth=2, num_heavy_tokens=8, light_window_size=8, heads=2, dim_head=8)
+    for router_kwargs, eps in ((None, 0.03), (dict(eps=1.0, n_iters=7), 1.0)):
+        model = RecallModel(impl, task, router_kwargs=router_kwargs, **sizes)
+        routers = [m for m in model.modules() if isinstance(m, (routed.CoordinateDescentRouter, Colt5Router))]
+        # The feed-forward's router and the attention's (the package's attention has two: queries, keys).
+        assert len(routers) == (3 if impl == "colt5_attention" else 2) * sizes["depth"]
+        assert all(router.eps == eps for router in routers)
+        if router_kwargs:
+            assert all(router.n_iters == 7 for router in routers)
+
+
+def test_the_package_routes_as_many_queries_a_window_as_asked():
+    """colt5_queries_per_window sets how many queries the package's attention routes in
+    each light window (by default num_heavy_tokens spread over the windows); course_lib's
+    blocks route over the whole sequence, and refuse the setting rather than ignore it."""
+    sizes = dict(num_heavy_tokens=16, seq_len=128, light_window_size=8, heads=2, dim_head=8)
+    default, raised = (routed_block("colt5_attention", 16, colt5_queries_per_window=q, **sizes) for q in (None, 2))
+    assert default.attn.num_heavy_tokens_q == 1 and raised.attn.num_heavy_tokens_q == 2
+    assert raised.attn.num_heavy_tokens_kv == 16
+    for impl in ("course_lib", "reference"):
+        with pytest.raises(ValueError, match="colt5_queries_per_window is colt5_attention's setting"):
+            routed_block(impl, 16, colt5_queries_per_window=2, **sizes)

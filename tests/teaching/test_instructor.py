@@ -1,0 +1,696 @@
+import ast
+import csv
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from course_lib.teaching import instructor
+from course_lib.teaching.instructor import (
+    CellError,
+    CheckerResult,
+    NotebookGrade,
+    exercise_cells,
+    format_table,
+    grade_folder,
+    load_release,
+    make_student_copies,
+    make_student_copy,
+    nbgrader_metadata,
+    execute_in_place,
+    stamp_exercise_metadata,
+    write_csv,
+)
+
+nbformat = pytest.importorskip("nbformat")
+notebook_v4 = pytest.importorskip("nbformat.v4")
+pytest.importorskip("nbclient")
+from exercise_notebook import exercises_only  # noqa: E402  (needs nbformat)
+new_code_cell = notebook_v4.new_code_cell
+new_markdown_cell = notebook_v4.new_markdown_cell
+new_output = notebook_v4.new_output
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+COURSE_NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("*.ipynb"))
+
+SOLUTION_SOURCE = '''\
+@triton.jit
+def scale_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    """Scale x in place."""
+    offsets = tl.arange(0, BLOCK)
+    # BEGIN SOLUTION
+    x = tl.load(x_ptr + offsets, mask=offsets < n)
+    tl.store(x_ptr + offsets, 2 * x, mask=offsets < n)
+    # END SOLUTION
+
+
+def scale(x):
+# BEGIN SOLUTION
+    scale_kernel[(1,)](x, x.numel(), BLOCK=1024)
+# END SOLUTION
+    return x'''
+
+STUDENT_SOURCE = '''\
+@triton.jit
+def scale_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    """Scale x in place."""
+    offsets = tl.arange(0, BLOCK)
+    # YOUR CODE HERE
+    pass
+
+
+def scale(x):
+# YOUR CODE HERE
+pass
+    return x'''
+
+
+def solution_cell(source=SOLUTION_SOURCE, tags=("solution", "hide-input")):
+    return new_code_cell(source, metadata={"tags": list(tags)})
+
+
+def write_notebook(path, cells):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(notebook_v4.new_notebook(cells=cells), path)
+    return path
+
+
+def read_cells(path):
+    return nbformat.read(path, as_version=4).cells
+
+
+def student_copy_of(tmp_path, cells):
+    """The student copy's cells after the exercise heading, which comes first as cell 0."""
+    source = write_notebook(tmp_path / "lesson.ipynb", [new_markdown_cell("### Exercise 1.1: a task"), *cells])
+    return read_cells(make_student_copy(source, tmp_path / "student" / "lesson.ipynb"))[1:]
+
+
+# --- student copies -----------------------------------------------------------------
+
+
+def test_solution_blocks_become_placeholders_at_the_marker_indentation(tmp_path):
+    (cell,) = student_copy_of(tmp_path, [solution_cell()])
+    assert cell.source == STUDENT_SOURCE
+
+
+def test_solution_cell_keeps_its_tags_but_hide_input(tmp_path):
+    (cell,) = student_copy_of(
+        tmp_path, [solution_cell(tags=("solution", "hide-input", "nbval-ignore-output"))]
+    )
+    assert cell.metadata["tags"] == ["solution", "nbval-ignore-output"]
+
+
+def test_outputs_and_execution_counts_are_cleared(tmp_path):
+    executed = new_code_cell(
+        "print(1)",
+        execution_count=3,
+        outputs=[new_output("stream", name="stdout", text="1\n")],
+    )
+    (cell,) = student_copy_of(tmp_path, [executed])
+    assert cell.outputs == []
+    assert cell.execution_count is None
+
+
+def test_cells_tagged_remove_in_student_are_dropped(tmp_path):
+    cells = student_copy_of(
+        tmp_path,
+        [
+            new_markdown_cell("Intro"),
+            new_markdown_cell("Grading notes", metadata={"tags": ["remove-in-student"]}),
+            new_code_cell("answer = 42", metadata={"tags": ["remove-in-student"]}),
+            new_code_cell("x = 1"),
+        ],
+    )
+    assert [cell.source for cell in cells] == ["Intro", "x = 1"]
+
+
+@pytest.mark.parametrize(
+    "source, problem",
+    [
+        ("x = 1", "has no"),
+        ("# BEGIN SOLUTION\nx = 1", "never closed"),
+        ("x = 1\n# END SOLUTION", "has no '# BEGIN SOLUTION' before it"),
+        ("# BEGIN SOLUTION\n# BEGIN SOLUTION\nx = 1\n# END SOLUTION", "nested"),
+    ],
+    ids=["no markers", "unclosed", "end without begin", "nested"],
+)
+def test_malformed_markers_raise_naming_notebook_and_cell(tmp_path, source, problem):
+    cells = [new_markdown_cell("Intro"), solution_cell(source)]
+    with pytest.raises(ValueError, match="lesson.ipynb, cell 2") as raised:
+        student_copy_of(tmp_path, cells)
+    assert problem in str(raised.value)
+    assert not (tmp_path / "student" / "lesson.ipynb").exists()
+
+
+def test_markers_in_a_cell_not_tagged_solution_raise(tmp_path):
+    forgot_the_tag = new_code_cell("# BEGIN SOLUTION\nanswer = 42\n# END SOLUTION")
+    with pytest.raises(ValueError, match="lesson.ipynb, cell 1: .* not tagged 'solution'"):
+        student_copy_of(tmp_path, [forgot_the_tag])
+
+
+@pytest.mark.notebook_exec
+def test_a_gpu_run_keeps_the_interpreters_outputs_of_tagged_cells(tmp_path, monkeypatch):
+    monkeypatch.setattr(instructor, "ON_GPU", True)
+    drawn = [new_output("stream", name="stdout", text="drawn by the interpreter\n")]
+    tagged = new_code_cell("print('compiled on the GPU')", metadata={"tags": ["interpreter-output"]}, outputs=drawn)
+    path = tmp_path / "chapter.ipynb"
+    nbformat.write(notebook_v4.new_notebook(cells=[tagged, new_code_cell("print('ran')")]), path)
+    execute_in_place([path])
+    kept, ran = nbformat.read(path, as_version=4).cells
+    assert [output["text"] for output in kept.outputs] == ["drawn by the interpreter\n"]
+    assert [output["text"] for output in ran.outputs] == ["ran\n"]
+
+
+def test_student_copies_cover_the_notebooks_of_the_folder_only(tmp_path):
+    source_dir = tmp_path / "notebooks"
+    (source_dir / "nested").mkdir(parents=True)
+    for path in [source_dir / "01_a.ipynb", source_dir / "02_b.ipynb"]:
+        write_notebook(path, [new_markdown_cell("### Exercise 1.1: a task"), solution_cell()])
+    write_notebook(source_dir / "nested" / "03_c.ipynb", [solution_cell()])
+    (source_dir / "notes.txt").write_text("not a notebook")
+
+    written = make_student_copies(source_dir, tmp_path / "student")
+
+    assert written == [tmp_path / "student" / "01_a.ipynb", tmp_path / "student" / "02_b.ipynb"]
+    assert sorted(path.name for path in (tmp_path / "student").iterdir()) == [
+        "01_a.ipynb",
+        "02_b.ipynb",
+    ]
+
+
+def test_student_copies_refuse_to_overwrite_the_source(tmp_path):
+    write_notebook(tmp_path / "lesson.ipynb", [solution_cell()])
+    with pytest.raises(ValueError, match="overwrite"):
+        make_student_copies(tmp_path, tmp_path)
+
+
+def test_missing_instructor_dependency_says_what_to_install(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "nbformat", None)
+    with pytest.raises(ImportError, match="pip install nbformat nbclient ipykernel"):
+        make_student_copy(tmp_path / "lesson.ipynb", tmp_path / "student.ipynb")
+
+
+def test_module_imports_without_instructor_dependencies():
+    blocked = "import sys; sys.modules.update(nbformat=None, nbclient=None); "
+    subprocess.run(
+        [sys.executable, "-c", blocked + "import course_lib.instructor"],
+        cwd=REPO_ROOT,
+        check=True,
+    )
+
+
+# --- exercise ids and nbgrader's metadata --------------------------------------------
+
+
+def exercise(number, solution_source, checker_source):
+    """An exercise's three cells: statement, solution, checker."""
+    return [
+        new_markdown_cell(f"### Exercise {number}: a task"),
+        solution_cell(solution_source),
+        checker_cell(checker_source),
+    ]
+
+
+def checker_cell(source):
+    return new_code_cell(source, metadata={"tags": ["checker"]})
+
+
+def test_exercise_cells_get_ids_from_their_exercise_number(tmp_path):
+    notebook = notebook_v4.new_notebook(cells=[
+        new_code_cell("x = 1"),
+        *exercise("2.3", "def f():\n    # BEGIN SOLUTION\n    return 1\n    # END SOLUTION", "check(f)"),
+    ])
+    assert [(cell.cell_index, cell.grade_id) for cell in exercise_cells(notebook, "lesson.ipynb")] == [
+        (1, "exercise_2_3_task"), (2, "exercise_2_3_solution"), (3, "exercise_2_3_checker")]
+
+
+def test_a_checker_before_any_exercise_heading_is_an_error(tmp_path):
+    notebook = notebook_v4.new_notebook(cells=[checker_cell("check(f)")])
+    with pytest.raises(ValueError, match="lesson.ipynb, cell 0: a checker cell before any"):
+        exercise_cells(notebook, "lesson.ipynb")
+
+
+@pytest.mark.parametrize("notebook", COURSE_NOTEBOOKS, ids=lambda path: path.name)
+def test_course_exercise_cells_carry_nbgrader_metadata(notebook):
+    # After a new exercise: python -m course_lib.teaching.instructor stamp notebooks/*.ipynb
+    read = nbformat.read(notebook, as_version=4)
+    cells = exercise_cells(read, notebook.name)
+    assert sum(cell.role == "checker" for cell in cells) >= 3
+    for cell in cells:
+        assert read.cells[cell.cell_index].metadata.get("nbgrader") == nbgrader_metadata(cell.role, cell.grade_id)
+
+
+def _solution_lines(source):
+    """The lines between the markers of a solution cell, stripped."""
+    lines, inside = [], False
+    for line in source.split("\n"):
+        if line.strip() in ("# BEGIN SOLUTION", "# END SOLUTION"):
+            inside = line.strip() == "# BEGIN SOLUTION"
+        elif inside and line.strip():
+            lines.append(line.strip())
+    return lines
+
+
+@pytest.mark.parametrize("notebook", COURSE_NOTEBOOKS, ids=lambda path: path.name)
+def test_no_student_copy_holds_an_answer_elsewhere(notebook, tmp_path):
+    """Most lines of an answer printed in another cell would give the exercise away."""
+    answers = [_solution_lines(cell.source) for cell in read_cells(notebook) if "solution" in cell.metadata.get("tags", [])]
+    student_text = {line.strip() for cell in read_cells(make_student_copy(notebook, tmp_path / notebook.name))
+                    for line in cell.source.split("\n")}
+    for answer in answers:
+        distinctive = [line for line in answer if len(line) > 20]
+        found = [line for line in distinctive if line in student_text]
+        assert len(found) <= len(distinctive) // 3, f"a student copy prints these lines of an answer: {found}"
+
+
+# --- grading ------------------------------------------------------------------------
+
+CHECKER_DEFINITION = "def check_x(v):\n    if v != 2:\n        raise ValueError('x is wrong')"
+ANSWER = "def answer():\n    # BEGIN SOLUTION\n    return 2\n    # END SOLUTION"
+
+
+def write_release(folder, *extra_exercises):
+    """A released notebook with one exercise (and any more given), and its student copy."""
+    folder.mkdir(parents=True, exist_ok=True)
+    cells = [new_code_cell(CHECKER_DEFINITION), *exercise("1.1", ANSWER, "check_x(answer())")]
+    for cells_of_exercise in extra_exercises:
+        cells += cells_of_exercise
+    path = write_notebook(folder / "lesson.ipynb", cells)
+    stamp_exercise_metadata([path])  # as the course's notebooks are
+    return path
+
+
+def returned(release_path, folder, name, edit=None, solved=False):
+    """A return made from the release (solved) or from its student copy, then edited."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    if solved:
+        shutil.copy(release_path, path)
+    else:
+        make_student_copy(release_path, path)
+    if edit is not None:
+        notebook = nbformat.read(path, as_version=4)
+        edit(notebook)
+        nbformat.write(notebook, path)
+    return path
+
+
+def grade_one(tmp_path, path, **options):
+    (grade,) = grade_folder(path.parent, tmp_path / "release", **options)
+    return grade
+
+
+def test_checkers_come_from_the_release_and_tampering_is_reported(tmp_path):
+    release = write_release(tmp_path / "release")
+
+    def edit_checker(notebook):
+        notebook.cells[3].source = "pass"
+
+    def delete_checker(notebook):
+        del notebook.cells[3]
+
+    def solve_then_break(notebook):
+        notebook.cells[2].source = "def answer():\n    return 2"
+        notebook.cells.append(new_code_cell("1 / 0"))
+
+    def solve_then_delete_checker(notebook):
+        notebook.cells[2].source = "def answer():\n    return 2"
+        del notebook.cells[3]
+
+    submissions = tmp_path / "returned"
+    returned(release, submissions, "a_edited.ipynb", edit_checker)
+    returned(release, submissions, "b_deleted.ipynb", delete_checker)
+    returned(release, submissions, "c_solved.ipynb", solve_then_break)
+    returned(release, submissions, "d_solved_checker_deleted.ipynb", solve_then_delete_checker)
+
+    edited, deleted, solved, solved_deleted = grade_folder(submissions, tmp_path / "release", timeout=60)
+
+    assert edited.checkers == [CheckerResult("exercise_1_1_checker", "check_x", False,
+                                             "ValueError: x is wrong", "edited")]
+    assert deleted.checkers == [CheckerResult(
+        "exercise_1_1_checker", "check_x", False,
+        "checker cell missing from the return (run from the release: ValueError: x is wrong)", "missing")]
+    # A missing checker counts as failed even where the answer is right; the report says it would pass.
+    assert solved_deleted.checkers == [CheckerResult(
+        "exercise_1_1_checker", "check_x", False,
+        "checker cell missing from the return (run from the release: it passed)", "missing")]
+    assert solved.checkers == [CheckerResult("exercise_1_1_checker", "check_x", True, None, "as released")]
+    assert solved.errored_cells == [CellError(cell_index=4, error="ZeroDivisionError: division by zero")]
+    assert (edited.release, solved.score) == ("lesson.ipynb", "1/1")
+
+
+def test_a_monkeypatched_exercises_module_has_no_effect(tmp_path):
+    release = write_notebook(tmp_path / "release" / "lesson.ipynb", [
+        new_code_cell("from course_lib import exercises\nimport torch"),
+        *exercise("1.1", "def scale_columns(x, w):\n    # BEGIN SOLUTION\n    return x * w\n    # END SOLUTION",
+                  "exercises.check_scale_columns(scale_columns)"),
+    ])
+
+    def patch_checkers(notebook):
+        notebook.cells.insert(1, new_code_cell(
+            "import sys\nfor module in (exercises, sys.modules['course_lib.teaching.exercises']):\n"
+            "    module.check_scale_columns = lambda answer: print('Exercise 1.1 passed')"))
+
+    grade = grade_one(tmp_path, returned(release, tmp_path / "returned", "patched.ipynb", patch_checkers), timeout=120)
+    assert not grade.checkers[0].passed
+    assert grade.checkers[0].error.startswith("ExerciseError: Exercise 1.1 (scale_columns)")
+
+
+def test_hidden_inputs_defeat_answers_recorded_from_the_visible_check(tmp_path):
+    recorded_answers = (
+        "def scale_columns(x, w):\n"
+        "    # BEGIN SOLUTION\n"
+        "    return answers.get(x.cpu().numpy().tobytes())\n"
+        "    # END SOLUTION\n\n\n"
+        "answers = {}\n"
+        "torch.manual_seed(0)  # the inputs the visible check will draw, answered once with the formula\n"
+        "exercises.check_scale_columns(lambda x, w: answers.setdefault(x.cpu().numpy().tobytes(), x * w))\n"
+        "torch.manual_seed(0)"
+    )
+    release = write_notebook(tmp_path / "release" / "lesson.ipynb", [
+        new_code_cell("from course_lib import exercises\nimport torch"),
+        *exercise("1.1", recorded_answers, "exercises.check_scale_columns(scale_columns)"),
+    ])
+    stamp_exercise_metadata([release])
+    path = returned(release, tmp_path / "returned", "recorded.ipynb", solved=True)
+
+    assert grade_one(tmp_path, path, timeout=120).checkers[0].passed  # no seed: the visible inputs
+    hidden = grade_one(tmp_path, path, timeout=120, seed=12345)
+    assert not hidden.checkers[0].passed
+    assert "got None" in hidden.checkers[0].error
+
+
+def test_a_kernel_dying_inside_a_checker_fails_it(tmp_path):
+    release = write_release(tmp_path / "release")
+
+    def die_in_the_answer(notebook):
+        notebook.cells[2].source = "def answer():\n    import os\n    print('Exercise 1.1 passed')\n    os._exit(0)"
+
+    grade = grade_one(tmp_path, returned(release, tmp_path / "returned", "dies.ipynb", die_in_the_answer), timeout=60)
+    assert not grade.checkers[0].passed
+    assert grade.checkers[0].error == "did not finish: the kernel died"
+
+
+def test_a_checker_past_the_cell_timeout_fails_saying_so(tmp_path):
+    release = write_release(tmp_path / "release")
+
+    def slow_answer(notebook):
+        notebook.cells[2].source = "def answer():\n    import time\n    time.sleep(600)\n    return 2"
+
+    grade = grade_one(tmp_path, returned(release, tmp_path / "returned", "slow.ipynb", slow_answer), timeout=5)
+    assert not grade.checkers[0].passed
+    assert grade.checkers[0].error == "interrupted: the checker ran past the time a cell may take (--timeout)"
+
+
+def test_a_notebook_that_ignores_interrupts_is_killed_at_its_wall_clock_limit(tmp_path):
+    release = write_release(tmp_path / "release")
+
+    def hang(notebook):
+        notebook.cells.insert(1, new_code_cell(
+            "import time\nwhile True:\n    try:\n        time.sleep(0.1)\n    except KeyboardInterrupt:\n        pass"))
+
+    path = returned(release, tmp_path / "returned", "hangs.ipynb", hang)
+    grade = grade_one(tmp_path, path, timeout=2, notebook_timeout=20)
+    assert grade.problem == "stopped after 20 s, the limit for one notebook"
+    assert grade.checkers[0].error == "did not finish: stopped after 20 s, the limit for one notebook"
+
+
+def test_unreadable_files_get_a_row_and_the_rest_is_graded(tmp_path):
+    release = write_release(tmp_path / "release")
+    submissions = tmp_path / "returned"
+    returned(release, submissions, "b_good.ipynb", solved=True)
+    (submissions / "a_truncated_lesson.ipynb").write_text(release.read_text()[:300])
+    (submissions / "c_not_a_notebook.ipynb").write_text('{"a": 1}')
+    (submissions / "d_answers.py").write_text("answer = 2")
+    (submissions / ".hidden").write_text("")
+    seen = []
+
+    grades = grade_folder(submissions, tmp_path / "release", timeout=60,
+                          on_graded=lambda so_far: seen.append([grade.notebook for grade in so_far]))
+
+    truncated, good, other, python_file = grades
+    assert truncated.release == "lesson.ipynb"  # matched by its name: its checkers fail, saying why
+    assert truncated.checkers[0].error.startswith("not a readable notebook: NotJSONError")
+    assert good.score == "1/1"
+    assert other.release is None and other.problem.startswith("not a readable notebook")
+    assert python_file.problem == "not graded: only *.ipynb notebooks are" and python_file.checkers == []
+    assert seen == [["a_truncated_lesson.ipynb"], ["a_truncated_lesson.ipynb", "b_good.ipynb"],
+                    ["a_truncated_lesson.ipynb", "b_good.ipynb", "c_not_a_notebook.ipynb"],
+                    ["a_truncated_lesson.ipynb", "b_good.ipynb", "c_not_a_notebook.ipynb", "d_answers.py"]]
+
+
+def test_a_fault_of_the_grader_on_one_notebook_leaves_the_rest_graded(tmp_path, monkeypatch):
+    release = write_release(tmp_path / "release")
+    submissions = tmp_path / "returned"
+    returned(release, submissions, "a_breaks_the_grader.ipynb", solved=True)
+    returned(release, submissions, "b_good.ipynb", solved=True)
+    real_grade_notebook = instructor.grade_notebook
+
+    def grade_notebook(path, *args, **kwargs):
+        if path.name.startswith("a_"):
+            raise OSError("disk full")
+        return real_grade_notebook(path, *args, **kwargs)
+
+    monkeypatch.setattr(instructor, "grade_notebook", grade_notebook)
+    broken, good = grade_folder(submissions, tmp_path / "release", timeout=60)
+    assert broken.problem == "grading failed: OSError: disk full"
+    assert good.score == "1/1"
+
+
+EXAMPLE_GRADE = NotebookGrade(
+    notebook="example.ipynb",
+    release="lesson.ipynb",
+    checkers=[
+        CheckerResult("exercise_1_1_checker", "check_x", True),
+        CheckerResult("exercise_1_2_checker", "check_x", False, "ValueError: x is wrong", "edited"),
+        CheckerResult("exercise_1_3_checker", "check_y", False, "did not finish: the kernel died", "missing"),
+    ],
+    errored_cells=[CellError(cell_index=5, error="ZeroDivisionError: division by zero")],
+    problem="the kernel died",
+)
+
+
+def test_format_table_lines_up_checkers_by_name():
+    other = NotebookGrade(notebook="other.ipynb", problem="matches no notebook of the release")
+    assert format_table([EXAMPLE_GRADE, other]).splitlines() == [
+        "notebook       score  check_x  check_x#2  check_y  checker cells changed                "
+        "errors outside checkers",
+        "-------------  -----  -------  ---------  -------  -----------------------------------  " + "-" * 60,
+        "example.ipynb  1/3    ✓        ✗          ✗        edited: check_x#2; missing: check_y  "
+        "cell 5: ZeroDivisionError: division by zero; the kernel died",
+        "other.ipynb    0/0                                                                      "
+        "matches no notebook of the release",
+    ]
+
+
+def test_write_csv_has_one_row_per_checker_of_the_release(tmp_path):
+    other = NotebookGrade(notebook="other.ipynb", problem="matches no notebook of the release")
+    out = write_csv([EXAMPLE_GRADE, other], tmp_path / "graded" / "scores.csv")
+    with out.open(newline="") as csv_file:
+        assert list(csv.reader(csv_file)) == [
+            ["notebook", "checker", "passed", "error", "checker_cell", "release"],
+            ["example.ipynb", "check_x", "1", "", "as released", "lesson.ipynb"],
+            ["example.ipynb", "check_x#2", "0", "ValueError: x is wrong", "edited", "lesson.ipynb"],
+            ["example.ipynb", "check_y", "0", "did not finish: the kernel died", "missing", "lesson.ipynb"],
+            ["other.ipynb", "", "0", "matches no notebook of the release", "", ""],
+        ]
+
+
+# --- command line -------------------------------------------------------------------
+
+
+def python_path_with_repo_root():
+    return os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])
+
+
+def run_cli(*arguments, cwd):
+    environment = {**os.environ, "PYTHONPATH": python_path_with_repo_root()}
+    return subprocess.run(
+        [sys.executable, "-m", "course_lib.teaching.instructor", *map(str, arguments)],
+        cwd=cwd,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_cli_makes_student_copies_and_grades_them(tmp_path):
+    source_dir = tmp_path / "notebooks"
+    write_release(source_dir)
+
+    student = run_cli("student", source_dir, tmp_path / "student", cwd=tmp_path)
+    assert student.returncode == 0, student.stderr
+    assert "lesson.ipynb" in student.stdout
+
+    submissions = tmp_path / "student"
+    shutil.copy(source_dir / "lesson.ipynb", submissions / "instructor.ipynb")
+    graded = run_cli("grade", submissions, "--release", source_dir, "--seed", "7",
+                     "--out", tmp_path / "graded/scores.csv", cwd=tmp_path)
+
+    assert graded.returncode == 0, graded.stderr
+    assert "seed 7" in graded.stderr
+    table = graded.stdout.splitlines()
+    assert table[0].split()[:3] == ["notebook", "score", "check_x"]
+    assert table[2].split() == ["instructor.ipynb", "1/1", "✓"]
+    assert table[3].split() == ["lesson.ipynb", "0/1", "✗"]
+    with (tmp_path / "graded" / "scores.csv").open(newline="") as csv_file:
+        rows = list(csv.reader(csv_file))
+    assert rows[1:] == [
+        ["instructor.ipynb", "check_x", "1", "", "as released", "lesson.ipynb"],
+        ["lesson.ipynb", "check_x", "0", "ValueError: x is wrong", "as released", "lesson.ipynb"],
+    ]
+
+
+@pytest.mark.parametrize("make_folder", [False, True], ids=["missing folder", "no notebooks"])
+def test_cli_fails_only_for_tool_errors(tmp_path, make_folder):
+    folder = tmp_path / "returned"
+    if make_folder:
+        folder.mkdir()
+    write_release(tmp_path / "release")
+    graded = run_cli("grade", folder, "--release", tmp_path / "release", cwd=tmp_path)
+    assert graded.returncode != 0
+    assert str(folder) in graded.stderr
+
+
+# --- the course notebooks -----------------------------------------------------------
+
+
+def graded_folder_beside_the_repository(tmp_path):
+    """A notebooks/ folder whose siblings are the repository's, so that paths relative to
+    a notebook (such as ../benchmarks/results) resolve as in the repository."""
+    for sibling in REPO_ROOT.iterdir():
+        if sibling.is_dir() and sibling.name not in {"notebooks", ".git"}:
+            (tmp_path / sibling.name).symlink_to(sibling, target_is_directory=True)
+    return tmp_path / "notebooks"
+
+
+CHAPTER_1 = REPO_ROOT / "notebooks" / "01_weighted_sum.ipynb"
+
+
+@pytest.mark.notebook_exec
+def test_the_five_returns_of_chapter_1_score_3_0_0_0_0(tmp_path, monkeypatch):
+    """The instructor's notebook, the student copy, the copy with its checker cells
+    replaced by `pass`, with every exercises.check_* made a no-op, and without checker cells.
+    The release is chapter 1's exercises alone: nbval runs the whole chapter."""
+    # The kernel inherits the environment and must import this checkout's course_lib.
+    monkeypatch.setenv("PYTHONPATH", python_path_with_repo_root())
+
+    def checkers_pass(notebook):
+        for cell in notebook.cells:
+            if "checker" in cell.metadata.get("tags", []):
+                cell.source = "pass"
+
+    def checkers_no_op(notebook):
+        notebook.cells.insert(3, new_code_cell(
+            "from course_lib import exercises\nfor name in dir(exercises):\n    if name.startswith('check_'):\n"
+            "        setattr(exercises, name, lambda *args, **kwargs: print('passed'))"))
+
+    def checkers_deleted(notebook):
+        notebook.cells = [cell for cell in notebook.cells if "checker" not in cell.metadata.get("tags", [])]
+
+    folder = graded_folder_beside_the_repository(tmp_path)
+    release = tmp_path / "release"
+    release.mkdir()
+    chapter = exercises_only(CHAPTER_1, release / CHAPTER_1.name)
+    returned(chapter, folder, "a_instructor.ipynb", solved=True)
+    returned(chapter, folder, "b_student.ipynb")
+    returned(chapter, folder, "c_checkers_pass.ipynb", checkers_pass)
+    returned(chapter, folder, "d_checkers_no_op.ipynb", checkers_no_op)
+    returned(chapter, folder, "e_checkers_deleted.ipynb", checkers_deleted)
+
+    grades = grade_folder(folder, release, seed=2026, timeout=600)
+
+    assert [grade.score for grade in grades] == ["3/3", "0/3", "0/3", "0/3", "0/3"], format_table(grades)
+    assert [{checker.in_return for checker in grade.checkers} for grade in grades] == [
+        {"as released"}, {"as released"}, {"edited"}, {"as released"}, {"missing"}]
+    instructor, student = grades[:2]
+    assert instructor.errored_cells == [] and instructor.problem is None, instructor
+    assert student.errored_cells == [] and student.problem is None, student
+
+
+def _bound_names(tree):
+    """The names a cell binds at its top level: definitions, assignments, imports."""
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        else:
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            for target in filter(None, targets):
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+    return names
+
+
+def _loaded_names(node):
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def answers_read_outside_checkers(notebook):
+    """Where a student copy would fail outside its checkers: each (cell index, names) of a
+    lesson cell that reads a name an exercise's solution cell binds, directly or through a
+    function defined in an earlier lesson cell (whose body runs only when called). In the
+    student copy those names hold placeholders that raise NotImplementedError."""
+    read = nbformat.read(notebook, as_version=4)
+    roles = {cell.cell_index: cell.role for cell in exercise_cells(read, notebook.name)}
+    answers, needs_of_function, problems = set(), {}, []
+    for index, cell in enumerate(read.cells):
+        if cell.cell_type != "code" or roles.get(index) == "checker":
+            continue
+        tree = ast.parse(cell.source)
+        if roles.get(index) == "solution":
+            answers |= _bound_names(tree)
+            continue
+        needed, pending = set(), list(_loaded_names(tree))
+        while pending:
+            name = pending.pop()
+            if name not in needed:
+                needed.add(name)
+                pending.extend(needs_of_function.get(name, ()))
+        if needed & answers:
+            problems.append((index, sorted(needed & answers)))
+        answers -= _bound_names(tree)  # the lesson defines the name anew
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                needs_of_function[node.name] = _loaded_names(node)
+    return problems
+
+
+@pytest.mark.parametrize("notebook", COURSE_NOTEBOOKS, ids=lambda path: path.name)
+def test_student_copies_fail_at_their_checkers_only(notebook):
+    """Without running them: every checker reads a name its solution cell binds (in the
+    student copy, a placeholder that raises), and no other cell reads one. nbval runs
+    each instructor notebook, and chapter 1's returns are graded in full above."""
+    read = nbformat.read(notebook, as_version=4)
+    cells = exercise_cells(read, notebook.name)
+    bound_by_solution = {}
+    for cell in cells:  # ids are exercise_N_M_<role>, with _2, _3 for a role's later cells
+        if cell.role == "solution":
+            exercise = cell.grade_id.split("_solution")[0]
+            bound = _bound_names(ast.parse(read.cells[cell.cell_index].source))
+            bound_by_solution.setdefault(exercise, set()).update(bound)
+    for cell in cells:
+        if cell.role == "checker":
+            exercise = cell.grade_id.split("_checker")[0]
+            reads = _loaded_names(ast.parse(read.cells[cell.cell_index].source))
+            assert reads & bound_by_solution.get(exercise, set()), (
+                f"{notebook.name}, cell {cell.cell_index}: the checker reads nothing its solution binds, "
+                "so the student copy would pass it")
+    assert answers_read_outside_checkers(notebook) == [], "lesson cells that need an exercise's answer"
+
+
+def test_a_lesson_cell_that_needs_an_answer_is_found(tmp_path):
+    release = write_notebook(tmp_path / "lesson.ipynb", [
+        new_code_cell("def helper():\n    return answer() + 1"),
+        *exercise("1.1", ANSWER, "check_x(answer())"),
+        new_code_cell("print('unrelated')"),
+        new_code_cell("total = helper()"),
+        new_code_cell("def answer():\n    return 3"),
+        new_code_cell("answer()"),
+    ])
+    assert answers_read_outside_checkers(release) == [(5, ["answer"])]

@@ -1,0 +1,60 @@
+import triton
+import triton.language as tl
+
+from course_lib.core import references
+import pytest
+import torch
+
+from course_lib.teaching.notebook import draw_timeline, host_and_gpu_events, section_of, show_source, source_of
+from course_lib.kernels.weighted_sum_op import weighted_sum_forward_kernel
+
+
+def test_source_of_plain_function():
+    assert source_of(references.weighted_sum).startswith("def weighted_sum(x, weight):")
+
+
+def test_source_of_triton_kernel_in_either_runtime():
+    assert "@triton.jit" in source_of(weighted_sum_forward_kernel)
+    assert "def weighted_sum_forward_kernel(" in source_of(weighted_sum_forward_kernel)
+
+
+def test_show_source_prints_each(capsys):
+    @triton.jit
+    def tiny_kernel(x_ptr, BLOCK: tl.constexpr):
+        pass
+
+    show_source(references.weighted_sum, tiny_kernel)
+    out = capsys.readouterr().out
+    assert "def weighted_sum(" in out and "def tiny_kernel(" in out
+
+
+def test_section_of_a_module_stops_at_the_next_rule():
+    from course_lib.kernels.layernorm_op import tiled as layernorm_module
+
+    section = section_of(layernorm_module, "custom operator")
+    assert section.startswith("# ---") and "course_lib::layernorm" in section
+    assert "class LayerNormFunction" not in section and "def layernorm(" not in section
+    with pytest.raises(ValueError, match="no section 'nonsense'"):
+        section_of(layernorm_module, "nonsense")
+
+
+def test_timeline_of_a_profiled_step_has_host_rows_and_draws():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    x = torch.randn(64, 32, requires_grad=True)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(2):
+            with torch.profiler.record_function("step"):
+                (x * 2).sum().backward()
+    events = host_and_gpu_events(prof)
+    assert events and all(row.startswith("host thread") for row, *_ in events)
+    assert any("mul" in name for _, name, _, _ in events)
+    starts = [start for _, _, start, _ in events]
+    assert starts == sorted(starts) and min(starts) >= 0
+    ax = draw_timeline(events + [("GPU", "kernel", 1.0, 5.0)], title="one step")
+    assert [t.get_text() for t in ax.get_yticklabels()][-1] == "GPU"
+    with pytest.raises(ValueError, match="record_function"):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as bare:
+            x.sum()
+        host_and_gpu_events(bare)
