@@ -9,24 +9,16 @@ each row keeps the copy bandwidth of its own run.
 """
 
 import argparse
+import importlib
 import json
 import statistics
 from pathlib import Path
 
 from course_lib.core.benchmarking import (RESULTS_DIR, add_copy_ceilings, copy_bandwidth_gbps, gpu_slug, require_gpu,
                                           write_document, write_results)
+from course_lib.registry import BY_NAME, KERNELS
 
-from . import (bench_coor_descent, bench_layernorm, bench_local_attention, bench_routed_block, bench_softmax,
-               bench_weighted_sum)
-
-MODULES = {
-    "weighted_sum": bench_weighted_sum,
-    "softmax": bench_softmax,
-    "layernorm": bench_layernorm,
-    "coor_descent": bench_coor_descent,
-    "local_attention": bench_local_attention,
-    "routed_block": bench_routed_block,
-}
+NAMES = [kernel.name for kernel in KERNELS]  # from course_lib.registry, each with benchmarks/bench_<name>.py
 
 
 # Each course_lib row is compared with these, where the results have them.
@@ -77,7 +69,7 @@ def merge(paths, out=None):
 
 def main():
     parser = argparse.ArgumentParser(description="Benchmark course_lib against torch and torch.compile.")
-    parser.add_argument("--only", help=f"comma-separated subset of {','.join(MODULES)}")
+    parser.add_argument("--only", help=f"comma-separated subset of {','.join(NAMES)}")
     parser.add_argument("--out", help="results file (default: course_lib/results/<gpu>.json when all run)")
     parser.add_argument("--merge", nargs="+", metavar="RESULTS", help="merge these results files instead of running")
     arguments = parser.parse_args()
@@ -85,12 +77,15 @@ def main():
         print("wrote", merge(arguments.merge, arguments.out))
         return
     require_gpu("the benchmarks")
-    names = arguments.only.split(",") if arguments.only else list(MODULES)
+    names = arguments.only.split(",") if arguments.only else NAMES
+    unknown = sorted(set(names) - set(NAMES))
+    if unknown:
+        raise SystemExit(f"--only: no kernel named {', '.join(unknown)} in course_lib.registry; known: {', '.join(NAMES)}")
     copy_gbps = copy_bandwidth_gbps()
     print(f"copy bandwidth C = {copy_gbps:.0f} GB/s")
     rows = []
     for name in names:
-        module_rows = add_copy_ceilings(MODULES[name].run(copy_gbps), copy_gbps)
+        module_rows = add_copy_ceilings(importlib.import_module(BY_NAME[name].benchmark).run(copy_gbps), copy_gbps)
         print_rows(module_rows)
         rows += module_rows
     if arguments.out or not arguments.only:

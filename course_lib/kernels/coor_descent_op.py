@@ -108,7 +108,7 @@ CAP_UNREAD_EXPONENTS = tl.constexpr(not ON_GPU)  # see _step_probabilities
 
 
 @triton.jit
-def _load_scores(s_ptr, mask_ptr, row, cols, n_cols, stride_s_row, stride_s_col,
+def load_scores(s_ptr, mask_ptr, row, cols, n_cols, stride_s_row, stride_s_col,
                  stride_mask_row, stride_mask_col, HAS_MASK: tl.constexpr):
     """One tile of a row in float32, -inf where masked or past the end: exp gives 0 there."""
     row64 = tl.cast(row, tl.int64)
@@ -122,7 +122,7 @@ def _load_scores(s_ptr, mask_ptr, row, cols, n_cols, stride_s_row, stride_s_col,
 
 
 @triton.jit
-def _frame(row_max, a):
+def exponent_frame(row_max, a):
     """(f, c) with min(s, -a) = f + min(s - f, c): f = min(row max, -a) in float32, and
     c = -a - f, tiny when f is -a rounded. Every exponent min(s - f, c) is at most
     about 0, and the row max's is about 0, so a sum of exponentials neither overflows
@@ -143,25 +143,25 @@ def _shifted_scores(s, a):
 def _tile_part(s, row_max, a, eps_ptr, phase):
     """This tile's part of a phase's row reduction. Phase 0: the max. Phase 1
     (iteration 0, where s + b = 0): the count of unmasked columns. Phase t + 1: the sum
-    of exp((min(s, -a_t) - f) / eps_t), f from _frame."""
+    of exp((min(s, -a_t) - f) / eps_t), f from exponent_frame."""
     if phase == 0:
         part = tl.max(s, axis=0)
     elif phase == 1:
         part = tl.sum((s != no_score()).to(tl.float32), axis=0)
     else:
-        f, c = _frame(row_max, a)
+        f, c = exponent_frame(row_max, a)
         scale = (1.0 / tl.load(eps_ptr + phase - 1) * LOG2E).to(tl.float32)
         part = tl.sum(tl.exp2(tl.minimum(s - f, c) * scale), axis=0)
     return part
 
 
 @triton.jit
-def _next_a(total, row_max, a, eps, logk, first):
+def next_a(total, row_max, a, eps, logk, first):
     """a after an iteration, in float64, from the row's total of _tile_part."""
     nothing = total == 0.0  # a fully masked row
     lse = eps * tl.log(tl.where(nothing, 1.0, total)).to(tl.float64)  # float32 log: module doc
     if not first:
-        f, _ = _frame(row_max, a)
+        f, _ = exponent_frame(row_max, a)
         lse += f
     # Nothing unmasked: a = 0 keeps the row finite; its y is 0 anyway.
     return tl.where(nothing, 0.0, eps * logk - lse)
@@ -192,7 +192,7 @@ def coor_descent_forward_kernel(
     n_tiles = tl.num_programs(1)
     cols = tile * BLOCK + tl.arange(0, BLOCK)
     for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
-        s = _load_scores(s_ptr, mask_ptr, row, cols, n_cols, stride_s_row, stride_s_col,
+        s = load_scores(s_ptr, mask_ptr, row, cols, n_cols, stride_s_row, stride_s_col,
                          stride_mask_row, stride_mask_col, HAS_MASK)
         if LOGK_PER_ROW:
             logk = tl.load(logk_ptr + row)
@@ -220,7 +220,7 @@ def coor_descent_forward_kernel(
                     row_max = total
                     tl.store(row_max_ptr + row, row_max, mask=tile == 0)
                 else:
-                    a = _next_a(total, row_max, a, tl.load(eps_ptr + phase - 1), logk, phase == 1)
+                    a = next_a(total, row_max, a, tl.load(eps_ptr + phase - 1), logk, phase == 1)
                     tl.store(a_row + phase - 1, a, mask=tile == 0)
             if step <= n_iters:
                 part = _tile_part(s, row_max, a, eps_ptr, step)
@@ -233,7 +233,7 @@ def coor_descent_forward_kernel(
 
 
 @triton.jit
-def _output_grad(s, dy, a_last, eps_last):
+def output_grad(s, dy, a_last, eps_last):
     """dw = dy * dy/dw for y = exp(min(w, 0) / eps_T), w = s + a_T; 0 where masked."""
     w = _shifted_scores(s, a_last)
     inverse_eps = (1.0 / eps_last).to(tl.float32)
@@ -255,7 +255,7 @@ def _step_probabilities(s, row_max, a_row, exp2_scale_ptr, t, logk):
     capped at p_c's (CAP_UNREAD_EXPONENTS), which leaves every p that is read as it is.
     exp2_scale_ptr[t] = LOG2E / eps_t, from the schedule: no division on the way."""
     a_t, a_next, exp2_scale = tl.load(a_row + t - 1), tl.load(a_row + t), tl.load(exp2_scale_ptr + t)
-    f, c = _frame(row_max, a_t)
+    f, c = exponent_frame(row_max, a_t)
     offset = ((f + a_next) * exp2_scale - logk * LOG2E).to(tl.float32)
     scale = exp2_scale.to(tl.float32)
     above_f = s - f
@@ -266,7 +266,7 @@ def _step_probabilities(s, row_max, a_row, exp2_scale_ptr, t, logk):
 
 
 @triton.jit
-def _count_two(takes_t, takes_u):
+def count_two(takes_t, takes_u):
     """(sum_j [not takes_t], sum_j [not takes_u]), the counts behind two iterations'
     masses, from one reduction: as the 16-bit halves of one int32 (a tile has fewer
     than 2**16 columns, MAX_COUNTED_TILE). A sum across warps waits at a barrier, and
@@ -284,7 +284,7 @@ def _step_back(ds, grad_a, dlogk, p, takes_s, mass, eps):
 
 
 @triton.jit
-def _backward_tile(s_ptr, mask_ptr, dy_ptr, logk_ptr, a_ptr, row_max_ptr, row, cols, n_cols, n_iters,
+def backward_tile(s_ptr, mask_ptr, dy_ptr, logk_ptr, a_ptr, row_max_ptr, row, cols, n_cols, n_iters,
                    logk_value, stride_s_row, stride_s_col, stride_mask_row, stride_mask_col, stride_dy_row,
                    stride_dy_col, HAS_MASK: tl.constexpr, LOGK_PER_ROW: tl.constexpr):
     """What both backward kernels start from for the columns ``cols`` of ``row``: s and dy
@@ -293,7 +293,7 @@ def _backward_tile(s_ptr, mask_ptr, dy_ptr, logk_ptr, a_ptr, row_max_ptr, row, c
     The caller computes ``cols``: torch.compile decides which arguments a kernel writes by
     following each store's address back, and an address built from a helper's result
     would count every pointer passed to the helper as written."""
-    s = _load_scores(s_ptr, mask_ptr, row, cols, n_cols, stride_s_row, stride_s_col,
+    s = load_scores(s_ptr, mask_ptr, row, cols, n_cols, stride_s_row, stride_s_col,
                      stride_mask_row, stride_mask_col, HAS_MASK)
     row64 = tl.cast(row, tl.int64)
     dy = tl.load(dy_ptr + row64 * stride_dy_row + cols.to(tl.int64) * stride_dy_col, mask=cols < n_cols, other=0.0)
@@ -320,21 +320,21 @@ def coor_descent_backward_partials_kernel(
     tile = tl.program_id(1)
     n_tiles = tl.num_programs(1)
     cols = tile * BLOCK + tl.arange(0, BLOCK)
-    s, dy, logk, row_max, a_row = _backward_tile(
+    s, dy, logk, row_max, a_row = backward_tile(
         s_ptr, mask_ptr, dy_ptr, logk_ptr, a_ptr, row_max_ptr, row, cols, n_cols, n_iters, logk_value,
         stride_s_row, stride_s_col, stride_mask_row, stride_mask_col, stride_dy_row, stride_dy_col,
         HAS_MASK, LOGK_PER_ROW,
     )
     row64 = tl.cast(row, tl.int64)
     out = partials_ptr + row64 * n_iters * n_tiles + tile
-    dw = _output_grad(s, dy, tl.load(a_row + n_iters - 1), tl.load(eps_ptr + n_iters))
+    dw = output_grad(s, dy, tl.load(a_row + n_iters - 1), tl.load(eps_ptr + n_iters))
     # dy has either sign: the sum cancels, so it is added up in float64.
     tl.store(out, tl.sum(dw.to(tl.float64), axis=0))
-    for t in range(1, n_iters, 2):  # iterations in pairs, counted together (_count_two)
+    for t in range(1, n_iters, 2):  # iterations in pairs, counted together (count_two)
         u = tl.minimum(t + 1, n_iters - 1)  # u = t when t is the last: its mass is written twice
         _, takes_t, p_c_t = _step_probabilities(s, row_max, a_row, exp2_scale_ptr, t, logk)
         _, takes_u, p_c_u = _step_probabilities(s, row_max, a_row, exp2_scale_ptr, u, logk)
-        count_t, count_u = _count_two(takes_t, takes_u)
+        count_t, count_u = count_two(takes_t, takes_u)
         tl.store(out + t * n_tiles, p_c_t * count_t)
         tl.store(out + u * n_tiles, p_c_u * count_u)
 
@@ -355,14 +355,14 @@ def coor_descent_backward_kernel(
     row = tl.program_id(0)
     tile = tl.program_id(1)
     cols = tile * BLOCK + tl.arange(0, BLOCK)
-    s, dy, logk, row_max, a_row = _backward_tile(
+    s, dy, logk, row_max, a_row = backward_tile(
         s_ptr, mask_ptr, dy_ptr, logk_ptr, a_ptr, row_max_ptr, row, cols, n_cols, n_iters, logk_value,
         stride_s_row, stride_s_col, stride_mask_row, stride_mask_col, stride_dy_row, stride_dy_col,
         HAS_MASK, LOGK_PER_ROW,
     )
     row64 = tl.cast(row, tl.int64)
 
-    ds = _output_grad(s, dy, tl.load(a_row + n_iters - 1), tl.load(eps_ptr + n_iters))
+    ds = output_grad(s, dy, tl.load(a_row + n_iters - 1), tl.load(eps_ptr + n_iters))
     if SPLIT:
         grad_a = tl.load(sums_ptr + row64 * n_iters)
     else:
@@ -379,7 +379,7 @@ def coor_descent_backward_kernel(
             mass_t = tl.load(sums_ptr + row64 * n_iters + t)
             mass_u = tl.load(sums_ptr + row64 * n_iters + u)
         else:
-            count_t, count_u = _count_two(takes_t, takes_u)
+            count_t, count_u = count_two(takes_t, takes_u)
             mass_t, mass_u = p_c_t * count_t, p_c_u * count_u
         ds, grad_a, dlogk = _step_back(ds, grad_a, dlogk, p_t, takes_t, mass_t, tl.load(eps_ptr + t))
         if t > 1:
@@ -403,7 +403,7 @@ SPLIT_TILE_MIN = 4096
 # tiles of BACKWARD_SPLIT_TILE.
 BACKWARD_ROW_BLOCK_MAX = 16384
 BACKWARD_SPLIT_TILE = 4096
-MAX_COUNTED_TILE = 2**16 - 1  # _count_two's 16-bit counts: the widest backward tile
+MAX_COUNTED_TILE = 2**16 - 1  # count_two's 16-bit counts: the widest backward tile
 # Columns a warp (the best of benchmarks/tune_coor_descent.py's sweep). A row's
 # twenty iterations are a chain of reductions, each waiting on the last: the fewer
 # warps a reduction crosses, the shorter the chain. Whole rows all run at once at these
@@ -553,7 +553,7 @@ def coor_descent_backward(s2d, mask2d, logk, schedule, a, row_max, dy2d, plan=No
     plan = plan or backward_plan(n_rows, n_cols)
     if plan.block > MAX_COUNTED_TILE:
         raise ValueError(f"coor_descent: {plan} has tiles of more than {MAX_COUNTED_TILE} columns, "
-                         f"which the backward's 16-bit counts (_count_two) cannot hold")
+                         f"which the backward's 16-bit counts (count_two) cannot hold")
     split = plan.tiles > 1
     logk_tensor, logk_value, per_row = _logk_args(logk)
     mask_strides = mask2d.stride() if mask2d is not None else (0, 0)

@@ -48,7 +48,7 @@ def _row_offsets(rows, rows_per_matrix, stride_matrix, stride_row):
 
 
 @triton.jit
-def _key_masks(rows, cols, rows_per_matrix, n_cols, diagonal, CAUSAL: tl.constexpr):
+def key_masks(rows, cols, rows_per_matrix, n_cols, diagonal, CAUSAL: tl.constexpr):
     """(visible, fetch) for keys ``cols`` of query ``rows`` (broadcast against each
     other): visible keys take part in the softmax, fetched keys are loaded. A causal
     query row i sees keys 0..i + diagonal; it fetches up to there rounded up to
@@ -72,7 +72,7 @@ def _key_end(row, rows_per_matrix, n_cols, diagonal, CAUSAL: tl.constexpr):
 
 
 @triton.jit
-def _hide_fetched_keys(values, visible, hidden_value, CAUSAL: tl.constexpr):
+def hide_fetched_keys(values, visible, hidden_value, CAUSAL: tl.constexpr):
     """``hidden_value`` at keys fetched but not visible: causal keys past the diagonal
     that share its FETCH_GROUP. Without a causal mask every fetched key is visible and
     the loads' ``other`` already covers the row's end, so no select is spent: in the
@@ -84,7 +84,7 @@ def _hide_fetched_keys(values, visible, hidden_value, CAUSAL: tl.constexpr):
 
 
 @triton.jit
-def _softmax_rows(
+def softmax_of_rows(
     x_ptr, y_ptr, rows, row_mask, rows_per_matrix, n_cols, diagonal,
     stride_x_matrix, stride_x_row, stride_x_col, stride_y_row,
     CAUSAL: tl.constexpr, BLOCK_COLS: tl.constexpr, ROW_BLOCK_COLS: tl.constexpr,
@@ -92,13 +92,13 @@ def _softmax_rows(
     """Normalise ``rows`` whose visible keys all lie in the first BLOCK_COLS columns;
     columns BLOCK_COLS .. ROW_BLOCK_COLS, all hidden, get zeros without being read."""
     cols = tl.arange(0, BLOCK_COLS)
-    visible, fetch = _key_masks(rows[:, None], cols[None, :], rows_per_matrix, n_cols, diagonal, CAUSAL)
+    visible, fetch = key_masks(rows[:, None], cols[None, :], rows_per_matrix, n_cols, diagonal, CAUSAL)
     x_offsets = (_row_offsets(rows, rows_per_matrix, stride_x_matrix, stride_x_row)[:, None]
                  + cols.to(tl.int64)[None, :] * stride_x_col)
     # Masked-off lanes fetch nothing: of the upper triangle, only the keys that share
     # a FETCH_GROUP with the diagonal are read.
     x = tl.load(x_ptr + x_offsets, mask=row_mask & fetch, other=float("-inf")).to(tl.float32)
-    x = _hide_fetched_keys(x, visible, float("-inf"), CAUSAL)
+    x = hide_fetched_keys(x, visible, float("-inf"), CAUSAL)
 
     row_max = tl.max(x, axis=1)
     # A row with no finite visible key has max -inf: shift by 0 instead, so that exp
@@ -141,15 +141,15 @@ def softmax_forward_kernel(
     if CAUSAL and BLOCK_COLS >= 2 * FETCH_GROUP:
         last_key = tl.max(tl.where(rows < n_rows, rows % rows_per_matrix, 0), axis=0) + diagonal
         if last_key < BLOCK_COLS // 2:
-            _softmax_rows(x_ptr, y_ptr, rows, row_mask, rows_per_matrix, n_cols, diagonal,
+            softmax_of_rows(x_ptr, y_ptr, rows, row_mask, rows_per_matrix, n_cols, diagonal,
                           stride_x_matrix, stride_x_row, stride_x_col, stride_y_row,
                           CAUSAL, BLOCK_COLS // 2, BLOCK_COLS)
         else:
-            _softmax_rows(x_ptr, y_ptr, rows, row_mask, rows_per_matrix, n_cols, diagonal,
+            softmax_of_rows(x_ptr, y_ptr, rows, row_mask, rows_per_matrix, n_cols, diagonal,
                           stride_x_matrix, stride_x_row, stride_x_col, stride_y_row,
                           CAUSAL, BLOCK_COLS, BLOCK_COLS)
     else:
-        _softmax_rows(x_ptr, y_ptr, rows, row_mask, rows_per_matrix, n_cols, diagonal,
+        softmax_of_rows(x_ptr, y_ptr, rows, row_mask, rows_per_matrix, n_cols, diagonal,
                       stride_x_matrix, stride_x_row, stride_x_col, stride_y_row,
                       CAUSAL, BLOCK_COLS, BLOCK_COLS)
 
@@ -165,7 +165,7 @@ def softmax_backward_kernel(
     rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     cols = tl.arange(0, BLOCK_COLS)
     row_mask = (rows < n_rows)[:, None]
-    visible, fetch = _key_masks(rows[:, None], cols[None, :], rows_per_matrix, n_cols, diagonal, CAUSAL)
+    visible, fetch = key_masks(rows[:, None], cols[None, :], rows_per_matrix, n_cols, diagonal, CAUSAL)
     rows64 = rows.to(tl.int64)[:, None]
     y = tl.load(y_ptr + rows64 * stride_y_row + cols[None, :], mask=row_mask & fetch, other=0.0)
     grad_y_offsets = (_row_offsets(rows, rows_per_matrix, stride_grad_y_matrix, stride_grad_y_row)[:, None]
@@ -173,7 +173,7 @@ def softmax_backward_kernel(
     grad_y = tl.load(grad_y_ptr + grad_y_offsets, mask=row_mask & fetch, other=0.0)
     y = y.to(tl.float32)
     # Fetched keys past the diagonal are dropped: grad_y there may hold anything.
-    grad_y = _hide_fetched_keys(grad_y.to(tl.float32), visible, 0.0, CAUSAL)
+    grad_y = hide_fetched_keys(grad_y.to(tl.float32), visible, 0.0, CAUSAL)
 
     dot = tl.sum(y * grad_y, axis=1)
     # No select, as in the forward: at hidden keys y = 0 (the forward wrote it) and
@@ -207,11 +207,11 @@ def softmax_forward_looped_kernel(
         sums = tl.zeros((BLOCK_COLS,), dtype=tl.float32)
         for start in range(0, key_end, BLOCK_COLS):
             cols = start + tl.arange(0, BLOCK_COLS)
-            visible, fetch = _key_masks(row, cols, rows_per_matrix, n_cols, diagonal, CAUSAL)
+            visible, fetch = key_masks(row, cols, rows_per_matrix, n_cols, diagonal, CAUSAL)
             # evict_last: pass 2 reads the row again, so keep it in L2 while it fits.
             x = tl.load(x_row_ptr + cols.to(tl.int64) * stride_x_col, mask=fetch, other=float("-inf"),
                         eviction_policy="evict_last").to(tl.float32)
-            x = _hide_fetched_keys(x, visible, float("-inf"), CAUSAL)
+            x = hide_fetched_keys(x, visible, float("-inf"), CAUSAL)
             new_max = tl.maximum(running_max, tl.max(x, axis=0))
             shift = tl.where(new_max == float("-inf"), 0.0, new_max)  # no NaN, as in the one-block kernel
             sums = sums * tl.exp2((running_max - shift) * LOG2E) + tl.exp2((x - shift) * LOG2E)
@@ -225,10 +225,10 @@ def softmax_forward_looped_kernel(
         n_tiles = tl.cdiv(key_end, BLOCK_COLS)
         for tile in range(0, n_tiles):
             cols = (n_tiles - 1 - tile) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-            visible, fetch = _key_masks(row, cols, rows_per_matrix, n_cols, diagonal, CAUSAL)
+            visible, fetch = key_masks(row, cols, rows_per_matrix, n_cols, diagonal, CAUSAL)
             x = tl.load(x_row_ptr + cols.to(tl.int64) * stride_x_col, mask=fetch, other=float("-inf"),
                         eviction_policy="evict_first").to(tl.float32)
-            x = _hide_fetched_keys(x, visible, float("-inf"), CAUSAL)
+            x = hide_fetched_keys(x, visible, float("-inf"), CAUSAL)
             y = tl.exp2((x - shift) * LOG2E) * inverse_total  # 0 at hidden keys, as above
             tl.store(y_row_ptr + cols, y.to(y_ptr.dtype.element_ty), mask=cols < n_cols,
                      eviction_policy="evict_first")
@@ -254,21 +254,21 @@ def softmax_backward_looped_kernel(
         partial_dots = tl.zeros((BLOCK_COLS,), dtype=tl.float32)
         for start in range(0, key_end, BLOCK_COLS):
             cols = start + tl.arange(0, BLOCK_COLS)
-            visible, fetch = _key_masks(row, cols, rows_per_matrix, n_cols, diagonal, CAUSAL)
+            visible, fetch = key_masks(row, cols, rows_per_matrix, n_cols, diagonal, CAUSAL)
             y = tl.load(y_row_ptr + cols, mask=fetch, other=0.0, eviction_policy="evict_last")
             grad_y = tl.load(grad_y_row_ptr + cols.to(tl.int64) * stride_grad_y_col, mask=fetch, other=0.0,
                              eviction_policy="evict_last")
-            partial_dots += _hide_fetched_keys(y.to(tl.float32) * grad_y.to(tl.float32), visible, 0.0, CAUSAL)
+            partial_dots += hide_fetched_keys(y.to(tl.float32) * grad_y.to(tl.float32), visible, 0.0, CAUSAL)
         dot = tl.sum(partial_dots, axis=0)
 
         n_tiles = tl.cdiv(key_end, BLOCK_COLS)
         for tile in range(0, n_tiles):  # last to first, as in the forward
             cols = (n_tiles - 1 - tile) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-            visible, fetch = _key_masks(row, cols, rows_per_matrix, n_cols, diagonal, CAUSAL)
+            visible, fetch = key_masks(row, cols, rows_per_matrix, n_cols, diagonal, CAUSAL)
             y = tl.load(y_row_ptr + cols, mask=fetch, other=0.0, eviction_policy="evict_first")
             grad_y = tl.load(grad_y_row_ptr + cols.to(tl.int64) * stride_grad_y_col, mask=fetch, other=0.0,
                              eviction_policy="evict_first")
-            grad_x = _hide_fetched_keys(y.to(tl.float32) * (grad_y.to(tl.float32) - dot), visible, 0.0, CAUSAL)
+            grad_x = hide_fetched_keys(y.to(tl.float32) * (grad_y.to(tl.float32) - dot), visible, 0.0, CAUSAL)
             tl.store(grad_x_row_ptr + cols, grad_x.to(grad_x_ptr.dtype.element_ty), mask=cols < n_cols,
                      eviction_policy="evict_first")
         for start in range(n_tiles * BLOCK_COLS, n_cols, BLOCK_COLS):
@@ -297,7 +297,7 @@ def _looped_tiles(n_cols):
     return 1, block_cols, min(32, block_cols // 256)
 
 
-def _tiles(n_cols, element_size):
+def row_tiles(n_cols, element_size):
     """(BLOCK_ROWS, BLOCK_COLS, num_warps), the same for the forward and the backward.
 
     The best of benchmarks/tune_softmax.py's sweep:
@@ -324,7 +324,7 @@ def forward_tiles(n_cols, element_size):
     warps: a program's fixed costs then count half as much. In float32, bound by
     bytes, it did not pay.
     """
-    block_rows, block_cols, num_warps = _tiles(n_cols, element_size)
+    block_rows, block_cols, num_warps = row_tiles(n_cols, element_size)
     if element_size <= 2 and block_cols <= 1024:
         block_rows *= 2
     return block_rows, block_cols, num_warps
@@ -341,7 +341,7 @@ def backward_tiles(n_cols, element_size, causal=False):
     """
     if causal and element_size <= 2 and LOOPED_CAUSAL_BACKWARD_MIN_COLS <= n_cols <= SINGLE_BLOCK_MAX_COLS:
         return _looped_tiles(n_cols)
-    return _tiles(n_cols, element_size)
+    return row_tiles(n_cols, element_size)
 
 
 def looped_grid(n_rows, n_cols):

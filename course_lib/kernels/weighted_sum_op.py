@@ -23,7 +23,7 @@ from ..core.validation import (
 
 
 @triton.jit
-def _weighted_tile(x_row_ptrs, weight_ptr, cols, n_cols, row_mask, stride_x_col, stride_weight,
+def weighted_tile(x_row_ptrs, weight_ptr, cols, n_cols, row_mask, stride_x_col, stride_weight,
                    X_EVICTION: tl.constexpr):
     """x[rows, cols] * weight[cols] in float32, zero outside the matrix."""
     col_mask = cols < n_cols
@@ -62,7 +62,7 @@ def weighted_sum_forward_kernel(
         # x is read once: "evict_first" lets its lines be the first to leave the
         # cache. Across several column tiles it did not pay, so the loop below keeps
         # the default (benchmarks/tune_weighted_sum.py).
-        acc = _weighted_tile(x_row_ptrs, weight_ptr, tl.arange(0, BLOCK_COLS), n_cols, row_mask,
+        acc = weighted_tile(x_row_ptrs, weight_ptr, tl.arange(0, BLOCK_COLS), n_cols, row_mask,
                              stride_x_col, stride_weight, "evict_first")
     else:
         # Accumulate a whole tile in float32 and reduce once at the end: one
@@ -70,7 +70,7 @@ def weighted_sum_forward_kernel(
         acc = tl.zeros((BLOCK_ROWS, BLOCK_COLS), dtype=tl.float32)
         # num_stages > 1 lets the compiler issue the next tiles' loads before this one is used.
         for col_start in tl.range(0, n_cols, BLOCK_COLS, num_stages=NUM_STAGES):
-            acc += _weighted_tile(x_row_ptrs, weight_ptr, col_start + tl.arange(0, BLOCK_COLS), n_cols, row_mask,
+            acc += weighted_tile(x_row_ptrs, weight_ptr, col_start + tl.arange(0, BLOCK_COLS), n_cols, row_mask,
                                   stride_x_col, stride_weight, "")
     y = tl.sum(acc, axis=1)
     tl.store(y_ptr + rows.to(tl.int64) * stride_y, y.to(y_ptr.dtype.element_ty), mask=row_mask)
