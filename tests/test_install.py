@@ -51,7 +51,7 @@ def test_an_installed_course_lib_loads_its_results(tmp_path):
     site = tmp_path / "site"
     run(sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile", "--target", site, wheel)
     environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    loaded = run(sys.executable, "-c", "from course_lib import benchmarking as b, recall_task as r; "
+    loaded = run(sys.executable, "-c", "from course_lib.core import benchmarking as b; from course_lib.models import recall_task as r; "
                  "print(b.RESULTS_DIR); print(*sorted(b.load_results())); print(*sorted(r.load_training_runs()))",
                  cwd=tmp_path, env={**environment, "PYTHONPATH": str(site)}).splitlines()
     def stems(folder):

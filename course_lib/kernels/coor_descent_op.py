@@ -86,10 +86,10 @@ import torch
 import triton
 import triton.language as tl
 
-from ..core.runtime import ON_GPU, cdiv, is_traced, kernel_operator, launch, multiprocessor_count, next_power_of_2
+from ..core.operator import kernel_op
+from ..core.runtime import ON_GPU, cdiv, is_traced, launch, multiprocessor_count, next_power_of_2
 from ..core.split_rows import gather, publish, slots_block
-from ..core.validation import (check_index_range, check_same_device, check_tensor, first_order_only, on_device_of,
-                         wants_gradient)
+from ..core.validation import check_index_range, check_same_device, check_tensor, on_device_of
 
 LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
 
@@ -600,33 +600,13 @@ def _forward(s, logk, mask, schedule):
     return y.reshape(s.shape), a, row_max
 
 
-class CoorDescentFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, s, logk, mask, schedule):
-        y, a, row_max = _forward(s, logk, mask, schedule)
-        logk_tensor = logk if isinstance(logk, torch.Tensor) else None
-        ctx.save_for_backward(s, mask, logk_tensor, a, row_max)
-        ctx.logk_value = None if logk_tensor is not None else logk
-        ctx.schedule = schedule  # constants, kept by eps_schedule's cache anyway
-        return y
-
-    @staticmethod
-    @first_order_only("coor_descent")
-    def backward(ctx, dy):
-        s, mask, logk_tensor, a, row_max = ctx.saved_tensors
-        s2d, mask2d = _as_rows(s, mask)
-        logk = logk_tensor if logk_tensor is not None else ctx.logk_value
-        ds, dlogk = coor_descent_backward(s2d, mask2d, logk, ctx.schedule, a, row_max, dy.reshape(s2d.shape))
-        return ds.reshape(s.shape), (dlogk if logk_tensor is not None else None), None, None
-
-
 # -------------------------------------------------------------------- custom operator
-# What torch.compile traces: operators whose bodies inductor sees through on a GPU
-# (see weighted_sum.py's operators for how, and why eager calls keep the
-# autograd.Function). The operators take the eps settings rather than the Schedule, and
-# a per-row logk as a tensor or, when k is one number, as logk_value. The body runs on
-# fake tensors at compile time, so it builds its Schedule there (a constant of the
-# graph) rather than from eps_schedule's cache, which must only ever hold real tensors.
+# One unit for torch.compile and for eager autograd (core.operator; weighted_sum_op.py
+# says how the paths differ). The operators take the eps settings rather than the
+# Schedule, and a per-row logk as a tensor or, when k is one number, as logk_value.
+# Traced by torch.compile, the body runs on fake tensors, so it builds its Schedule there
+# (a constant of the graph) rather than from eps_schedule's cache, which must only ever
+# hold real tensors; eager calls take the cached one.
 #
 # A tensor k is checked by an operator of its own, opaque to torch.compile, which
 # reads k's values at run time, except while a CUDA graph is being captured (no reads
@@ -638,8 +618,7 @@ def _schedule_for(s, n_iters, eps, eps_init, eps_decay):
     return build(n_iters, eps, eps_init, eps_decay, s.device)
 
 
-@kernel_operator("course_lib::coor_descent")
-def coor_descent_op(
+def _forward_op(
     s: torch.Tensor, mask: Optional[torch.Tensor], logk: Optional[torch.Tensor], logk_value: float,
     n_iters: int, eps: float, eps_init: Optional[float], eps_decay: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -647,8 +626,7 @@ def coor_descent_op(
     return _forward(s, logk_value if logk is None else logk, mask, schedule)
 
 
-@kernel_operator("course_lib::coor_descent_backward")
-def coor_descent_backward_op(
+def _backward_op(
     s: torch.Tensor, mask: Optional[torch.Tensor], logk: Optional[torch.Tensor], logk_value: float, n_iters: int,
     eps: float, eps_init: Optional[float], eps_decay: float, a: torch.Tensor, row_max: torch.Tensor, dy: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -674,20 +652,40 @@ def _(k, n_cols):
 check_k_op.register_autograd(lambda ctx, grad: (grad, None))
 
 
-def _save_for_coor_descent_backward(ctx, inputs, output):
+def _save_for_backward(ctx, inputs, output):
     s, mask, logk, logk_value, *ctx.settings = inputs
     _, a, row_max = output
     ctx.save_for_backward(s, mask, logk, a, row_max)
     ctx.logk_value = logk_value
 
 
-def _coor_descent_op_backward(ctx, dy, *_grad_state):
+def _gradients(ctx, backward, dy):
     s, mask, logk, a, row_max = ctx.saved_tensors
-    ds, dlogk = coor_descent_backward_op(s, mask, logk, ctx.logk_value, *ctx.settings, a, row_max, dy)
+    ds, dlogk = backward(s, mask, logk, ctx.logk_value, *ctx.settings, a, row_max, dy)
     return ds, None, (dlogk if logk is not None else None), None, None, None, None, None
 
 
-coor_descent_op.register_autograd(_coor_descent_op_backward, setup_context=_save_for_coor_descent_backward)
+def _check_operator_inputs(s, mask, logk, logk_value, n_iters, eps, eps_init, eps_decay):
+    """The operator's inputs, checked as coor_descent checks its own: k as log k, a float32
+    tensor of one value a row or one number (the values of a tensor are checked by
+    check_k_op, which reads them back)."""
+    op = "coor_descent"
+    _check_inputs(op, s, n_iters, 1, eps, eps_init, eps_decay, mask, 1)
+    rows = s.numel() // s.shape[-1]
+    if logk is not None:
+        check_tensor(op, "logk", logk, dtypes=(torch.float32,))
+        check_same_device(op, s=s, logk=logk)
+        if logk.shape != (rows,):
+            raise ValueError(f"{op}: logk must hold log k of each of the {rows} rows of s, shape ({rows},); "
+                             f"got {tuple(logk.shape)}")
+    elif not (isinstance(logk_value, numbers.Real) and -math.inf < logk_value <= math.log(s.shape[-1])):
+        raise ValueError(f"{op}: logk_value must be log k with {_k_range(s.shape[-1])}, got {logk_value!r}")
+
+
+COOR_DESCENT = kernel_op(
+    "coor_descent", forward=_forward_op, backward=_backward_op, save=_save_for_backward, gradients=_gradients,
+    check=_check_operator_inputs, differentiable={"s": 0, "k": 2},
+)
 
 
 # ------------------------------------------------------------------------------ public
@@ -792,11 +790,6 @@ def coor_descent(s, *, n_iters, k, eps=0.1, eps_init=None, eps_decay=1.0, mask=N
         logk = torch.log(k.float().clamp(min=1e-20)).expand(s.shape[:-1]).reshape(rows).contiguous()
     else:
         logk = math.log(max(float(k), 1e-20))
-    if compiling:
-        if isinstance(logk, torch.Tensor):
-            return coor_descent_op(s, mask, logk, 0.0, *settings)[0]
-        return coor_descent_op(s, mask, None, logk, *settings)[0]
-    schedule = eps_schedule(*settings, s.device)
-    if wants_gradient(op, s=s, k=logk):
-        return CoorDescentFunction.apply(s, logk, mask, schedule)
-    return _forward(s, logk, mask, schedule)[0]  # no gradient wanted: skip autograd's bookkeeping
+    if isinstance(logk, torch.Tensor):
+        return COOR_DESCENT(s, mask, logk, 0.0, *settings)
+    return COOR_DESCENT(s, mask, None, logk, *settings)

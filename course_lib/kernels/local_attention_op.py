@@ -25,9 +25,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ..core.runtime import ON_GPU, cdiv, kernel_operator, launch, next_power_of_2
-from ..core.validation import (check_index_range, check_same_device_and_dtype, check_tensor, first_order_only,
-                         on_device_of, wants_gradient)
+from ..core.operator import kernel_op
+from ..core.runtime import ON_GPU, cdiv, launch, next_power_of_2
+from ..core.validation import check_index_range, check_same_device_and_dtype, check_tensor, on_device_of
 
 LOG2E = tl.constexpr(1.4426950408889634)
 # Head sizes up to this are held in registers whole; larger heads take the
@@ -294,42 +294,21 @@ def local_attention_backward(grad_out, q, k, v, out, lse, window, q_tiles=None, 
     return grad_q, grad_k, grad_v
 
 
-# --------------------------------------------------------------------------- autograd
-
-
-class LocalAttentionFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, window):
-        out, lse = local_attention_forward(q, k, v, window)
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.window = window
-        return out
-
-    @staticmethod
-    @first_order_only("local_causal_attention")
-    def backward(ctx, grad_out):
-        q, k, v, out, lse = ctx.saved_tensors
-        return (*local_attention_backward(grad_out, q, k, v, out, lse, ctx.window), None)
-
-
 # -------------------------------------------------------------------- custom operator
-# What torch.compile traces (see weighted_sum.py's operators for how, and why eager
-# calls keep the autograd.Function). An operator's output may not be a view, so the
-# operators return the heads-last tensors themselves, (b, n, h, d), and the callers
-# transpose them.
+# One unit for torch.compile and for eager autograd (core.operator; weighted_sum_op.py
+# says how the paths differ). An operator's output may not be a view, so the forward
+# returns the heads-last tensor itself, (b, n, h, d), and the callers see it transposed
+# to (b, h, n, d) outside the operator and the autograd.Function: a view made there is
+# one autograd lets a caller modify in place (``out += residual``).
 
 
-@kernel_operator("course_lib::local_attention")
-def local_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                       window: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int) -> tuple[torch.Tensor, torch.Tensor]:
     out, lse = local_attention_forward(q, k, v, window)
     return out.transpose(1, 2).contiguous(), lse  # already contiguous: no copy
 
 
-@kernel_operator("course_lib::local_attention_backward")
-def local_attention_backward_op(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                                out: torch.Tensor, lse: torch.Tensor,
-                                window: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+              lse: torch.Tensor, window: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     grads = local_attention_backward(grad_out, q, k, v, out, lse, window)
     return tuple(g.transpose(1, 2).contiguous() for g in grads)
 
@@ -341,13 +320,22 @@ def _save_for_backward(ctx, inputs, output):
     ctx.window = window
 
 
-def _local_attention_op_backward(ctx, grad_out, _grad_lse):
+def _gradients(ctx, backward, grad_out):
     q, k, v, out, lse = ctx.saved_tensors
-    grads = local_attention_backward_op(grad_out.transpose(1, 2), q, k, v, out.transpose(1, 2), lse, ctx.window)
+    grads = backward(grad_out.transpose(1, 2), q, k, v, out.transpose(1, 2), lse, ctx.window)
     return (*(g.transpose(1, 2) for g in grads), None)
 
 
-local_attention_op.register_autograd(_local_attention_op_backward, setup_context=_save_for_backward)
+def _inference(q, k, v, window):
+    return local_attention_forward(q, k, v, window)[0].transpose(1, 2)  # (b, n, h, d), no copy
+
+
+LOCAL_ATTENTION = kernel_op(
+    "local_attention", forward=_forward, backward=_backward, save=_save_for_backward, gradients=_gradients,
+    check=lambda q, k, v, window: _check_inputs("local_causal_attention", q, k, v, window),
+    differentiable={"q": 0, "k": 1, "v": 2}, inference=_inference, finish=lambda out: out.transpose(1, 2),
+    error_name="local_causal_attention",
+)
 
 
 # ------------------------------------------------------------------------------ public
@@ -386,10 +374,5 @@ def local_causal_attention(q, k, v, window):
     Returns (batch, heads, n, head_dim), laid out as (batch, n, heads, head_dim) so that
     merging the heads is a view. Computes in float32.
     """
-    op = "local_causal_attention"
-    _check_inputs(op, q, k, v, window)
-    if torch.compiler.is_compiling():
-        return local_attention_op(q, k, v, window)[0].transpose(1, 2)
-    if wants_gradient(op, q=q, k=k, v=v):
-        return LocalAttentionFunction.apply(q, k, v, window)
-    return local_attention_forward(q, k, v, window)[0]
+    _check_inputs("local_causal_attention", q, k, v, window)
+    return LOCAL_ATTENTION(q, k, v, window)

@@ -22,8 +22,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ..core.runtime import cdiv, kernel_operator, launch, multiprocessor_count, next_power_of_2
-from ..core.validation import INT32_LIMIT, check_index_range, check_tensor, first_order_only, on_device_of, wants_gradient
+from ..core.operator import kernel_op
+from ..core.runtime import cdiv, launch, multiprocessor_count, next_power_of_2
+from ..core.validation import INT32_LIMIT, check_index_range, check_tensor, on_device_of
 
 # Causal loads fetch keys up to the diagonal rounded up to this many columns: a load
 # mask that is constant over aligned groups of 16 lets Triton issue 16-byte vector
@@ -429,37 +430,16 @@ def softmax_backward(y, grad_y, causal, tiles=None, diagonal=0):
     return grad_x
 
 
-# --------------------------------------------------------------------------- autograd
-
-
-class SoftmaxFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, causal, diagonal):
-        y = softmax_forward(x, causal, diagonal=diagonal)
-        ctx.save_for_backward(y)
-        ctx.causal, ctx.diagonal = causal, diagonal
-        return y
-
-    @staticmethod
-    @first_order_only("softmax")
-    def backward(ctx, grad_y):
-        (y,) = ctx.saved_tensors
-        return softmax_backward(y, grad_y, ctx.causal, diagonal=ctx.diagonal), None, None
-
-
 # -------------------------------------------------------------------- custom operator
-# What torch.compile traces: operators whose bodies inductor sees through on a GPU
-# (see weighted_sum.py's operators for how, and why eager calls keep the
-# autograd.Function).
+# One unit for torch.compile and for eager autograd (core.operator; weighted_sum_op.py
+# says how the paths differ). The backward needs only the output y.
 
 
-@kernel_operator("course_lib::softmax")
-def softmax_op(x: torch.Tensor, causal: bool, diagonal: int) -> torch.Tensor:
+def _forward(x: torch.Tensor, causal: bool, diagonal: int) -> torch.Tensor:
     return softmax_forward(x, causal, diagonal=diagonal)
 
 
-@kernel_operator("course_lib::softmax_backward")
-def softmax_backward_op(y: torch.Tensor, grad_y: torch.Tensor, causal: bool, diagonal: int) -> torch.Tensor:
+def _backward(y: torch.Tensor, grad_y: torch.Tensor, causal: bool, diagonal: int) -> torch.Tensor:
     return softmax_backward(y, grad_y, causal, diagonal=diagonal)
 
 
@@ -468,12 +448,19 @@ def _save_output(ctx, inputs, output):
     ctx.causal, ctx.diagonal = inputs[1], inputs[2]
 
 
-def _softmax_op_backward(ctx, grad_y):
+def _gradients(ctx, backward, grad_y):
     (y,) = ctx.saved_tensors
-    return softmax_backward_op(y, grad_y, ctx.causal, ctx.diagonal), None, None
+    return backward(y, grad_y, ctx.causal, ctx.diagonal), None, None
 
 
-softmax_op.register_autograd(_softmax_op_backward, setup_context=_save_output)
+def _check_operator_input(x, causal, diagonal):
+    _check_input("causal_softmax" if causal is True else "softmax", x, causal, diagonal)
+
+
+SOFTMAX = kernel_op(
+    "softmax", forward=_forward, backward=_backward, save=_save_output, gradients=_gradients,
+    check=_check_operator_input, differentiable={"x": 0},
+)
 
 
 # ------------------------------------------------------------------------------ public
@@ -496,14 +483,6 @@ def _check_input(op, x, causal, diagonal=None):
     check_index_range(op, columns=n_cols, rows=x.numel() // n_cols if n_cols else 0)
 
 
-def _softmax(op, x, causal, diagonal):
-    if torch.compiler.is_compiling():
-        return softmax_op(x, causal, diagonal)
-    if wants_gradient(op, x=x):
-        return SoftmaxFunction.apply(x, causal, diagonal)
-    return softmax_forward(x, causal, diagonal=diagonal)  # no gradient wanted: skip autograd's bookkeeping
-
-
 def softmax(x, causal=False):
     """``torch.softmax(x, -1)`` with Triton kernels, differentiable.
 
@@ -514,7 +493,7 @@ def softmax(x, causal=False):
     """
     op = "causal_softmax" if causal is True else "softmax"
     _check_input(op, x, causal)
-    return _softmax(op, x, causal, 0)
+    return SOFTMAX(x, causal, 0, error_name=op)
 
 
 def causal_softmax(x, diagonal=None):
@@ -535,4 +514,4 @@ def causal_softmax(x, diagonal=None):
         diagonal = 0
     rows, cols = x.shape[-2:]
     # Beyond these bounds every key is hidden or visible: clamping keeps the kernels' 32-bit sums exact.
-    return _softmax("causal_softmax", x, True, max(-rows, min(cols, diagonal)))
+    return SOFTMAX(x, True, max(-rows, min(cols, diagonal)), error_name="causal_softmax")

@@ -8,15 +8,14 @@ import torch
 import triton
 import triton.language as tl
 
+from ..core.operator import kernel_op
 from ..core.rows import as_rows, known_multiple_of, sum_partial_rows, vector_width, width_hint
-from ..core.runtime import cdiv, kernel_operator, launch, multiprocessor_count, next_power_of_2
+from ..core.runtime import cdiv, launch, multiprocessor_count, next_power_of_2
 from ..core.validation import (
     check_index_range,
     check_same_device_and_dtype,
     check_tensor,
-    first_order_only,
     on_device_of,
-    wants_gradient,
 )
 
 # ---------------------------------------------------------------------------- kernels
@@ -236,41 +235,18 @@ def weighted_sum_backward(x, weight, grad_y, tiles=None):
     return grad_x.reshape(x.shape), grad_weight
 
 
-# --------------------------------------------------------------------------- autograd
-
-
-class WeightedSumFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight):
-        ctx.save_for_backward(x, weight)
-        return weighted_sum_forward(x, weight)
-
-    @staticmethod
-    @first_order_only("weighted_sum")
-    def backward(ctx, grad_y):
-        x, weight = ctx.saved_tensors
-        grad_x, grad_weight = weighted_sum_backward(x, weight, grad_y)
-        return grad_x, grad_weight
-
-
 # -------------------------------------------------------------------- custom operator
-# What torch.compile traces (chapter 5). On a GPU these are torch.library.triton_op
-# operators (runtime.kernel_operator): torch.compile runs the body once on fake tensors,
-# the launchers above with every kernel they launch recorded through
-# torch.library.wrap_triton, and inductor then launches those kernels from its own code,
-# so a compiled step pays none of this Python and CUDA graphs capture the kernels. Eager
-# calls keep the autograd.Function: the dispatcher an operator goes through costs tens
-# of microseconds of host time a call.
+# One unit for torch.compile and for eager autograd (core.operator): torch.compile traces
+# the operators course_lib::weighted_sum and course_lib::weighted_sum_backward, inductor
+# launching their kernels from its own code; eager calls take an autograd.Function over
+# the same launchers, or, when no gradient is wanted, the bare forward.
 
 
-@kernel_operator("course_lib::weighted_sum")
-def weighted_sum_op(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def _forward(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return weighted_sum_forward(x, weight)
 
 
-@kernel_operator("course_lib::weighted_sum_backward")
-def weighted_sum_backward_op(x: torch.Tensor, weight: torch.Tensor,
-                             grad_y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _backward(x: torch.Tensor, weight: torch.Tensor, grad_y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return weighted_sum_backward(x, weight, grad_y)
 
 
@@ -278,11 +254,14 @@ def _save_inputs(ctx, inputs, output):
     ctx.save_for_backward(*inputs)
 
 
-def _weighted_sum_op_backward(ctx, grad_y):
-    return weighted_sum_backward_op(*ctx.saved_tensors, grad_y)
+def _gradients(ctx, backward, grad_y):
+    return backward(*ctx.saved_tensors, grad_y)
 
 
-weighted_sum_op.register_autograd(_weighted_sum_op_backward, setup_context=_save_inputs)
+WEIGHTED_SUM = kernel_op(
+    "weighted_sum", forward=_forward, backward=_backward, save=_save_inputs, gradients=_gradients,
+    check=lambda x, weight: _check_inputs("weighted_sum", x, weight), differentiable={"x": 0, "weight": 1},
+)
 
 
 # ------------------------------------------------------------------------------ public
@@ -295,8 +274,4 @@ def weighted_sum(x, weight):
     device (``x @ weight`` refuses mixed dtypes too: cast one). Accumulates in float32; returns x.shape[:-1] in x's dtype.
     """
     _check_inputs("weighted_sum", x, weight)
-    if torch.compiler.is_compiling():
-        return weighted_sum_op(x, weight)
-    if wants_gradient("weighted_sum", x=x, weight=weight):
-        return WeightedSumFunction.apply(x, weight)
-    return weighted_sum_forward(x, weight)  # no gradient wanted: skip autograd's bookkeeping
+    return WEIGHTED_SUM(x, weight)

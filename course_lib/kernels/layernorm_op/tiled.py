@@ -37,10 +37,11 @@ from torch import nn
 from .parts import (backward_config, column_block, first_values, forward_tiles, grad_x_of,
                               load_backward_rows, partial_rows, store_partial_row, stride_of, xhat_of)
 from .wide import backward_split_rows, backward_two_stages, can_split_rows, layernorm_forward_looped_kernel
+from ...core.operator import kernel_op
 from ...core.rows import as_rows, known_multiple_of, sum_partial_rows, width_hint
-from ...core.runtime import cdiv, kernel_operator, launch, multiprocessor_count
+from ...core.runtime import cdiv, launch, multiprocessor_count
 from ...core.validation import (INT32_LIMIT, check_index_range, check_same_device, check_tensor, first_order_only,
-                         on_device_of, wants_gradient)
+                                on_device_of)
 
 # ---------------------------------------------------------------------------- kernels
 
@@ -234,53 +235,29 @@ def layernorm_backward(grad_y, x, gamma, has_beta, stats, *, param_dtype=None, c
     return grad_x.reshape(x.shape), grad_gamma, grad_beta
 
 
-# --------------------------------------------------------------------------- autograd
-
-
 def _param_dtype(x, gamma, beta):
     """The dtype of gamma and beta (_check_inputs made them agree), x's if neither is given."""
     param = gamma if gamma is not None else beta
     return x.dtype if param is None else param.dtype
 
 
-class LayerNormFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, gamma, beta, eps):
-        y, stats = layernorm_forward(x, gamma, beta, eps, save_stats=True)
-        ctx.save_for_backward(x, gamma, *stats)
-        ctx.has_beta, ctx.param_dtype = beta is not None, _param_dtype(x, gamma, beta)
-        return y
-
-    @staticmethod
-    @first_order_only("layernorm")
-    def backward(ctx, grad_y):
-        x, gamma, mean, rstd = ctx.saved_tensors
-        grad_x, grad_gamma, grad_beta = layernorm_backward(
-            grad_y, x, gamma, ctx.has_beta, RowStats(mean, rstd), param_dtype=ctx.param_dtype
-        )
-        return grad_x, grad_gamma, grad_beta, None
-
-
 # -------------------------------------------------------------------- custom operator
-# What torch.compile traces: operators whose bodies inductor sees through on a GPU
-# (see weighted_sum.py's operators for how, and why eager calls keep the
-# autograd.Function). An operator returns tensors only: the row statistics are outputs
-# of the forward, and a missing gradient of gamma or beta is an empty tensor.
+# One unit for torch.compile and for eager autograd (core.operator; weighted_sum_op.py
+# says how the paths differ). An operator returns tensors only: the row statistics are
+# outputs of the forward, and a missing gradient of gamma or beta is an empty tensor.
 
 
 def _present(tensor):
     return tensor if tensor.numel() else None
 
 
-@kernel_operator("course_lib::layernorm")
-def layernorm_op(x: torch.Tensor, gamma: Optional[torch.Tensor], beta: Optional[torch.Tensor],
-                 eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _forward(x: torch.Tensor, gamma: Optional[torch.Tensor], beta: Optional[torch.Tensor],
+             eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     y, stats = layernorm_forward(x, gamma, beta, eps, save_stats=True)
     return y, stats.mean, stats.rstd
 
 
-@kernel_operator("course_lib::layernorm_backward")
-def layernorm_backward_op(
+def _backward(
     grad_y: torch.Tensor, x: torch.Tensor, gamma: Optional[torch.Tensor], has_beta: bool, mean: torch.Tensor,
     rstd: torch.Tensor, param_dtype: torch.dtype,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -294,20 +271,30 @@ def layernorm_backward_op(
     return grad_x, or_empty(grad_gamma), or_empty(grad_beta)
 
 
-def _save_for_layernorm_backward(ctx, inputs, output):
+def _save_for_backward(ctx, inputs, output):
     x, gamma, beta, _eps = inputs
     _, mean, rstd = output
     ctx.save_for_backward(x, gamma, mean, rstd)
     ctx.has_beta, ctx.param_dtype = beta is not None, _param_dtype(x, gamma, beta)
 
 
-def _layernorm_op_backward(ctx, grad_y, *_grad_stats):
+def _gradients(ctx, backward, grad_y):
     x, gamma, mean, rstd = ctx.saved_tensors
-    grad_x, grad_gamma, grad_beta = layernorm_backward_op(grad_y, x, gamma, ctx.has_beta, mean, rstd, ctx.param_dtype)
+    grad_x, grad_gamma, grad_beta = backward(grad_y, x, gamma, ctx.has_beta, mean, rstd, ctx.param_dtype)
     return grad_x, _present(grad_gamma), _present(grad_beta), None
 
 
-layernorm_op.register_autograd(_layernorm_op_backward, setup_context=_save_for_layernorm_backward)
+def _inference(x, gamma, beta, eps):
+    return layernorm_forward(x, gamma, beta, eps, save_stats=False)[0]  # inference saves no statistics
+
+
+LAYERNORM = kernel_op(
+    "layernorm", forward=_forward, backward=_backward, save=_save_for_backward, gradients=_gradients,
+    check=lambda x, gamma, beta, eps: _check_inputs("layernorm", x, gamma, beta, eps, any_float_params=True),
+    differentiable={"x": 0, "gamma": 1, "beta": 2}, inference=_inference,
+)
+layernorm_op = LAYERNORM.operator  # the forward operator, which the stable option below calls
+layernorm_backward_op = LAYERNORM.backward_operator
 
 
 # --------------------------------------------------------------------------- stable
@@ -356,8 +343,10 @@ class StableLayerNormFunction(torch.autograd.Function):
 # ------------------------------------------------------------------------------ public
 
 
-def _check_inputs(op, x, gamma, beta, eps, names=("gamma", "beta")):
-    """``names``: what the caller calls gamma and beta (the module's weight and bias)."""
+def _check_inputs(op, x, gamma, beta, eps, names=("gamma", "beta"), any_float_params=False):
+    """``names``: what the caller calls gamma and beta (the module's weight and bias).
+    ``any_float_params``: the operator's check, which takes gamma and beta in any float
+    dtype (the stable option hands it x divided by its row maxima, in float32)."""
     check_tensor(op, "x", x)
     n_cols = x.shape[-1]
     for name, param in zip(names, (gamma, beta)):
@@ -365,7 +354,8 @@ def _check_inputs(op, x, gamma, beta, eps, names=("gamma", "beta")):
             continue
         check_tensor(op, name, param)
         check_same_device(op, x=x, **{name: param})
-        if param.dtype not in (x.dtype, torch.float32):
+        if param.dtype not in ((torch.float32, torch.float16, torch.bfloat16) if any_float_params
+                               else (x.dtype, torch.float32)):
             raise TypeError(
                 f"{op}: {name} has dtype {param.dtype} but x has {x.dtype}; {name} must have x's dtype, "
                 "or be float32 (mixed precision, as torch.nn.LayerNorm accepts)"
@@ -410,10 +400,7 @@ def _layernorm(op, names, x, gamma, beta, eps, stable):
         return layernorm_op(z, gamma, beta, eps)[0].to(x.dtype)
     if stable:
         return StableLayerNormFunction.apply(x, gamma, beta, eps)
-    if wants_gradient(op, x=x, **dict(zip(names, (gamma, beta)))):
-        return LayerNormFunction.apply(x, gamma, beta, eps)
-    y, _ = layernorm_forward(x, gamma, beta, eps, save_stats=False)  # inference saves nothing
-    return y
+    return LAYERNORM(x, gamma, beta, eps)
 
 
 class LayerNorm(nn.Module):

@@ -1,0 +1,103 @@
+"""One way to make a kernel an operator: its torch.library operators, its autograd,
+and the dispatch between them, from a forward, a backward and what the backward saves.
+
+A kernel module states, once each:
+
+- ``forward(*inputs)``: launches the forward; typed, since its annotations are the
+  operator's schema; returns a tensor or a tuple of tensors, the first what the caller
+  gets, the others state the backward needs (row statistics, a log-sum-exp);
+- ``backward(*arguments)``: launches the backward; typed the same way;
+- ``save(ctx, inputs, output)``: what the backward needs, on ``ctx``;
+- ``gradients(ctx, backward, grad)``: the gradient of every input from the gradient of
+  the first output, calling ``backward`` (given to it: see below);
+- ``check(*inputs)``: the input checks of the public function, which the operator makes
+  too when it is called directly (``torch.ops.course_lib.<name>``).
+
+From these :func:`kernel_op` builds a :class:`KernelOp`:
+
+- ``operator`` and ``backward_operator``, ``course_lib::<name>`` and
+  ``course_lib::<name>_backward``, what torch.compile traces (chapter 5). On a GPU they
+  are ``torch.library.triton_op`` operators: torch.compile runs their bodies once on fake
+  tensors, ``runtime.launch`` records every kernel through ``torch.library.wrap_triton``,
+  and inductor then launches those kernels from its own code. Their autograd is
+  ``gradients`` with ``backward_operator``.
+- ``Function``, a ``torch.autograd.Function`` for eager calls, whose backward is the same
+  ``gradients`` with the ``backward`` launcher itself: the dispatcher an operator goes
+  through costs tens of microseconds of host time a call.
+- calling the ``KernelOp`` picks one of the two, or, when no gradient is wanted, the
+  bare forward, which skips autograd's bookkeeping too.
+"""
+
+import functools
+from typing import Callable, NamedTuple
+
+import torch
+
+from .runtime import kernel_operator
+from .validation import first_order_only, wants_gradient
+
+
+def _first(output):
+    return output[0] if isinstance(output, tuple) else output
+
+
+class KernelOp(NamedTuple):
+    name: str  # of the operators, course_lib::<name> and course_lib::<name>_backward
+    error_name: str  # of the public function, in errors
+    operator: Callable
+    backward_operator: Callable
+    Function: type
+    differentiable: dict  # input name -> position, for wants_gradient's checks and messages
+    inference: Callable  # the forward's first output, when nothing is differentiated
+    finish: Callable  # applied to the first output on every path (a transpose, a cast)
+
+    def __call__(self, *inputs, error_name=None):
+        """The first output of the forward, by the cheapest path that keeps autograd
+        and torch.compile correct. The caller has checked ``inputs``; ``error_name`` names
+        the public function in errors where one operator serves two (softmax, causal_softmax)."""
+        if torch.compiler.is_compiling():
+            return self.finish(_first(self.operator(*inputs)))
+        if wants_gradient(error_name or self.error_name, **{name: inputs[i] for name, i in self.differentiable.items()}):
+            return self.finish(self.Function.apply(*inputs))
+        return self.finish(self.inference(*inputs))
+
+
+def kernel_op(name, *, forward, backward, save, gradients, check, differentiable, inference=None,
+              finish=lambda output: output, error_name=None):
+    """The operators, autograd.Function and dispatch of one kernel (see the module's
+    docstring). ``differentiable`` names the inputs that may need a gradient, with their
+    positions; ``inference`` is a cheaper forward for calls that need no gradient (by
+    default ``forward``'s first output); ``error_name`` names the function in errors (by
+    default ``name``)."""
+    error_name = error_name or name
+
+    def checked_forward(*inputs):
+        check(*inputs)
+        return forward(*inputs)
+
+    functools.update_wrapper(checked_forward, forward)
+    operator = kernel_operator(f"course_lib::{name}")(checked_forward)
+    backward_operator = kernel_operator(f"course_lib::{name}_backward")(backward)
+
+    def operator_gradients(ctx, grad, *_grads_of_state):  # the state outputs are never differentiated
+        return gradients(ctx, backward_operator, grad)
+
+    operator.register_autograd(operator_gradients, setup_context=save)
+
+    class Function(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *inputs):
+            output = forward(*inputs)
+            save(ctx, inputs, output)
+            return _first(output)
+
+        @staticmethod
+        @first_order_only(error_name)
+        def backward(ctx, grad):
+            return gradients(ctx, backward, grad)
+
+    Function.__name__ = Function.__qualname__ = "".join(part.title() for part in name.split("_")) + "Function"
+    if inference is None:
+        def inference(*inputs):
+            return _first(forward(*inputs))
+    return KernelOp(name, error_name, operator, backward_operator, Function, dict(differentiable), inference, finish)
