@@ -20,7 +20,8 @@ from triton.runtime.errors import OutOfResources
 
 from course_lib.core.benchmarking import copy_bandwidth_gbps, median_ms, require_gpu
 from course_lib.kernels.layernorm_op.tiled import layernorm_backward, layernorm_forward
-from course_lib.kernels.layernorm_op.parts import BackwardConfig, Tiles, backward_config, forward_tiles
+from course_lib.core.plans import LaunchPlan
+from course_lib.kernels.layernorm_op.parts import BackwardConfig, backward_config, forward_tiles
 
 from .bench_layernorm import DTYPES, SHAPES
 
@@ -36,11 +37,11 @@ def forward_candidates(n_cols):
     width = triton.next_power_of_2(n_cols)
     if width <= 32768:  # whole rows in registers
         for rows, warps in itertools.product([1, 2, 4, 8, 16], [2, 4, 8, 16, 32]):
-            tiles = Tiles(rows, width, warps)
+            tiles = LaunchPlan(rows, width, warps)
             if (rows == 1 or rows * width <= 16384) and 4 <= _values_a_thread(tiles) <= 64:
                 yield tiles
     for cols, warps, stages in itertools.product([2048, 4096, 8192, 16384], [4, 8, 16], STAGES):  # looped
-        tiles = Tiles(1, cols, warps, stages)
+        tiles = LaunchPlan(1, cols, warps, stages)
         if cols < n_cols and 4 <= _values_a_thread(tiles) <= 32:
             yield tiles
 
@@ -51,7 +52,7 @@ def backward_candidates(n_cols):
     if width > 16384:
         return
     for rows, warps, stages in itertools.product([1, 2, 4, 8], [4, 8, 16], STAGES):
-        tiles = Tiles(rows, width, warps, stages)
+        tiles = LaunchPlan(rows, width, warps, stages)
         if (rows == 1 or rows * width <= 8192) and 8 <= _values_a_thread(tiles) <= 32:
             for per_sm in [1, 2, 4, 8]:
                 if warps * per_sm <= 64:
@@ -62,12 +63,12 @@ def partials_candidates(n_cols, dx_tiles):
     shapes = [(8, 256), (16, 256), (4, 512), (8, 512), (2, 1024), (4, 1024)]
     for (rows, cols), warps, stages, per_sm in itertools.product(shapes, [4, 8], [1, 2], [2, 4, 8]):
         if cols < n_cols:
-            yield BackwardConfig(Tiles(rows, cols, warps, stages), per_sm, dx_tiles)
+            yield BackwardConfig(LaunchPlan(rows, cols, warps, stages), per_sm, dx_tiles)
 
 
 def dx_candidates(best_partials):
     for rows, cols, warps, stages in itertools.product([1, 2], [2048, 4096, 8192], [4, 8, 16], [1, 2]):
-        tiles = Tiles(rows, cols, warps, stages)
+        tiles = LaunchPlan(rows, cols, warps, stages)
         if 4 <= _values_a_thread(tiles) <= 32:
             yield best_partials._replace(dx_tiles=tiles)
 

@@ -18,6 +18,7 @@ import multiprocessing
 import torch
 import triton
 
+from course_lib.core.plans import LaunchPlan
 from course_lib.kernels import local_attention_op as la
 from course_lib.core.benchmarking import copy_bandwidth_gbps, median_ms, require_gpu
 
@@ -30,7 +31,7 @@ STAGES = [1, 2, 3]
 
 def candidates():
     for (block_m, block_n), warps, stages in itertools.product(TILE_SHAPES, WARPS, STAGES):
-        yield la.Tiles(block_m, block_n, warps, stages)
+        yield LaunchPlan(block_m, block_n, warps, stages)
 
 
 def kernels(head_dim):

@@ -21,6 +21,7 @@ import torch
 import triton
 
 from course_lib.core.benchmarking import copy_bandwidth_gbps, median_ms, require_gpu
+from course_lib.core.plans import LaunchPlan
 from course_lib.kernels import softmax_op as softmax_module
 from course_lib.kernels.softmax_op import backward_tiles, forward_tiles, softmax_backward, softmax_forward
 
@@ -41,14 +42,14 @@ def one_block_candidates(n_cols):
     for block_rows, warps in itertools.product(ROWS, WARPS):
         elements = block_rows * block_cols
         if elements <= max(8192, block_cols) and 4 <= elements // (32 * warps) <= 32:
-            yield block_rows, block_cols, warps
+            yield LaunchPlan(block_rows, block_cols, warps)
 
 
 def looped_candidates(n_cols, cols=LOOPED_COLS, warps=WARPS):
     """One row at a time, tiles of 4 to 64 values a thread."""
     for block_cols, num_warps in itertools.product(cols, warps):
         if block_cols < n_cols and 4 <= block_cols // (32 * num_warps) <= 64:
-            yield 1, block_cols, num_warps
+            yield LaunchPlan(1, block_cols, num_warps)
 
 
 def both_kernels(n_cols):

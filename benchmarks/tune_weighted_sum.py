@@ -14,6 +14,7 @@ import json
 import torch
 
 from course_lib.core.benchmarking import copy_bandwidth_gbps, median_ms, require_gpu
+from course_lib.core.plans import LaunchPlan
 from course_lib.kernels.weighted_sum_op import (
     backward_tiles,
     forward_tiles,
@@ -33,7 +34,7 @@ def candidates(n_cols, element_size):
         elements = block_rows * block_cols
         if block_cols <= 2 * max(n_cols, 64) and 2048 <= elements * element_size <= 32768:
             if 32 * warps <= elements:
-                yield block_rows, block_cols, warps, 1
+                yield LaunchPlan(block_rows, block_cols, warps)
 
 
 def copy_ceiling(n_bytes, copy_gbps):
@@ -68,7 +69,7 @@ def sweep_stages(copy_gbps):
     for dtype, (n_rows, n_cols), x, w, g in cases():
         for pass_, launch, default, bytes_moved in passes(x, w, g):
             tiles = default(n_cols, x.element_size())
-            timed = {stages: bytes_moved / median_ms(lambda: launch((*tiles[:3], stages)), rep=50) / 1e6 / copy_gbps
+            timed = {stages: bytes_moved / median_ms(lambda: launch(tiles._replace(num_stages=stages)), rep=50) / 1e6 / copy_gbps
                      for stages in (1, 2, 3, 4)}
             print(f"{pass_} stages {str(dtype):15} {n_rows:>8}x{n_cols:<5} "
                   + " ".join(f"{k}:{v:.3f}" for k, v in timed.items()), flush=True)

@@ -38,7 +38,7 @@ run_step() {
       python3 -m benchmarks.train_recall --seeds --out "$logs/training_seeds.json" 2>&1 | tee "$logs/training_seeds.log"
       python3 -m benchmarks.train_recall --merge "$logs"/training_*.json ;;
     profile) python3 -m benchmarks.profile_step 2>&1 | tee "$logs/profile_step.log" ;;
-    execute) python3 -m course_lib.instructor execute notebooks/*.ipynb 2>&1 | tee "$logs/execute.log" ;;
+    execute) python3 -m course_lib.teaching.instructor execute notebooks/*.ipynb 2>&1 | tee "$logs/execute.log" ;;
     nbval) python3 -m pytest notebooks/*.ipynb -q -p no:cacheprovider --nbval --nbval-current-env \
              --nbval-sanitize-with nbval_sanitize.cfg 2>&1 | tee "$logs/nbval.log" ;;
     *) echo "unknown step $1: expected unit, benchmarks, training, profile, execute or nbval" >&2; exit 2 ;;

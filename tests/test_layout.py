@@ -106,13 +106,12 @@ def test_no_import_workarounds():
 
 
 def test_notebooks_import_only_public_names():
-    private = re.compile(r"from course_lib[\w.]* import \(?([^)]*?)\)?$", re.M | re.S)
+    statement = re.compile(r"from course_lib[\w.]* import (\([^)]*\)|[^\n]*)")
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         for cell in json.loads(path.read_text())["cells"]:
             if cell["cell_type"] != "code":
                 continue
-            for line in re.findall(r"from course_lib[\w.]* import \([^)]*\)|from course_lib[\w.]* import [^\n]*",
-                                   "".join(cell["source"])):
-                names = private.match(line).group(1).replace("\n", " ").split("#")[0]
+            for names in statement.findall("".join(cell["source"])):
+                names = re.sub(r"#[^\n]*", "", names).strip("()")
                 underscored = [n.strip() for n in names.split(",") if n.strip().startswith("_")]
                 assert not underscored, f"{path.name} imports {underscored}"

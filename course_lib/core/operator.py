@@ -51,24 +51,29 @@ class KernelOp(NamedTuple):
     inference: Callable  # the forward's first output, when nothing is differentiated
     finish: Callable  # applied to the first output on every path (a transpose, a cast)
 
-    def __call__(self, *inputs, error_name=None):
+    def __call__(self, *inputs, error_name=None, input_names=None):
         """The first output of the forward, by the cheapest path that keeps autograd
-        and torch.compile correct. The caller has checked ``inputs``; ``error_name`` names
-        the public function in errors where one operator serves two (softmax, causal_softmax)."""
+        and torch.compile correct. The caller has checked ``inputs``. Where one operator
+        serves several public callers (softmax and causal_softmax, layernorm and
+        LayerNorm), ``error_name`` and ``input_names`` (for ``differentiable``, in order)
+        are the caller's names for errors."""
         if torch.compiler.is_compiling():
             return self.finish(_first(self.operator(*inputs)))
-        if wants_gradient(error_name or self.error_name, **{name: inputs[i] for name, i in self.differentiable.items()}):
+        names = input_names or self.differentiable
+        if wants_gradient(error_name or self.error_name,
+                          **{name: inputs[i] for name, i in zip(names, self.differentiable.values())}):
             return self.finish(self.Function.apply(*inputs))
         return self.finish(self.inference(*inputs))
 
 
 def kernel_op(name, *, forward, backward, save, gradients, check, differentiable, inference=None,
-              finish=lambda output: output, error_name=None):
+              finish=lambda output: output, error_name=None, function_name=None):
     """The operators, autograd.Function and dispatch of one kernel (see the module's
     docstring). ``differentiable`` names the inputs that may need a gradient, with their
     positions; ``inference`` is a cheaper forward for calls that need no gradient (by
     default ``forward``'s first output); ``error_name`` names the function in errors (by
-    default ``name``)."""
+    default ``name``); ``function_name`` names the autograd.Function (by default
+    ``<Name>Function``), as profiles and autograd's nodes show it."""
     error_name = error_name or name
 
     def checked_forward(*inputs):
@@ -96,7 +101,8 @@ def kernel_op(name, *, forward, backward, save, gradients, check, differentiable
         def backward(ctx, grad):
             return gradients(ctx, backward, grad)
 
-    Function.__name__ = Function.__qualname__ = "".join(part.title() for part in name.split("_")) + "Function"
+    Function.__name__ = Function.__qualname__ = (
+        function_name or "".join(part.title() for part in name.split("_")) + "Function")
     if inference is None:
         def inference(*inputs):
             return _first(forward(*inputs))

@@ -264,12 +264,3 @@ def cdiv(a, b):
 def next_power_of_2(n):
     """The smallest power of 2 that is at least n >= 1 (0 for 0, as triton's)."""
     return 1 << (n - 1).bit_length() if n > 0 else 0
-
-
-def num_warps_for(block_elements):
-    """Warps for a program whose tile holds ``block_elements`` values.
-
-    About 256 elements a warp (8 a thread) keeps loads 16 bytes wide without
-    spilling registers; 1 to 16 warps.
-    """
-    return max(1, min(16, next_power_of_2(block_elements) // 256))

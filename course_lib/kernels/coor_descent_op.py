@@ -87,6 +87,7 @@ import triton
 import triton.language as tl
 
 from ..core.operator import kernel_op
+from ..core.plans import TunedOn, warps_for
 from ..core.runtime import ON_GPU, cdiv, is_traced, launch, multiprocessor_count, next_power_of_2
 from ..core.split_rows import gather, publish, slots_block
 from ..core.validation import check_index_range, check_same_device, check_tensor, on_device_of
@@ -102,7 +103,7 @@ def no_score():
     return float("-inf")
 
 
-CAP_UNREAD_EXPONENTS = tl.constexpr(not ON_GPU)  # see _step_probabilities
+CAP_UNREAD_EXPONENTS = tl.constexpr(not ON_GPU)  # see step_probabilities
 
 # ---------------------------------------------------------------------------- kernels
 
@@ -140,7 +141,7 @@ def _shifted_scores(s, a):
 
 
 @triton.jit
-def _tile_part(s, row_max, a, eps_ptr, phase):
+def tile_part(s, row_max, a, eps_ptr, phase):
     """This tile's part of a phase's row reduction. Phase 0: the max. Phase 1
     (iteration 0, where s + b = 0): the count of unmasked columns. Phase t + 1: the sum
     of exp((min(s, -a_t) - f) / eps_t), f from exponent_frame."""
@@ -157,7 +158,7 @@ def _tile_part(s, row_max, a, eps_ptr, phase):
 
 @triton.jit
 def next_a(total, row_max, a, eps, logk, first):
-    """a after an iteration, in float64, from the row's total of _tile_part."""
+    """a after an iteration, in float64, from the row's total of tile_part."""
     nothing = total == 0.0  # a fully masked row
     lse = eps * tl.log(tl.where(nothing, 1.0, total)).to(tl.float64)  # float32 log: module doc
     if not first:
@@ -223,7 +224,7 @@ def coor_descent_forward_kernel(
                     a = next_a(total, row_max, a, tl.load(eps_ptr + phase - 1), logk, phase == 1)
                     tl.store(a_row + phase - 1, a, mask=tile == 0)
             if step <= n_iters:
-                part = _tile_part(s, row_max, a, eps_ptr, step)
+                part = tile_part(s, row_max, a, eps_ptr, step)
                 if SPLIT:
                     publish(slots_ptr + (row64 * 2 + step % 2) * n_tiles + tile, part, step + 1)
         if last_step == n_iters + 2:
@@ -242,7 +243,7 @@ def output_grad(s, dy, a_last, eps_last):
 
 
 @triton.jit
-def _step_probabilities(s, row_max, a_row, exp2_scale_ptr, t, logk):
+def step_probabilities(s, row_max, a_row, exp2_scale_ptr, t, logk):
     """(p, takes_s, p_c) of iteration t, p = softmax(min(s, -a_t) / eps_t) from the saved
     a_{t+1} (a_row[t]; a_row[t - 1] is a_t) instead of a sum: takes_s where the min took
     s_j, p valid only there (masked columns: p = 0), and p_c, the one value every other
@@ -276,7 +277,7 @@ def count_two(takes_t, takes_u):
 
 
 @triton.jit
-def _step_back(ds, grad_a, dlogk, p, takes_s, mass, eps):
+def step_back(ds, grad_a, dlogk, p, takes_s, mass, eps):
     """One step back through iteration t: ds where the min took s, dlogk, and the
     gradient reaching a_t, from grad_a, the gradient reaching a_{t+1}."""
     ds = tl.where(takes_s, ds - grad_a.to(tl.float32) * p, ds)
@@ -332,8 +333,8 @@ def coor_descent_backward_partials_kernel(
     tl.store(out, tl.sum(dw.to(tl.float64), axis=0))
     for t in range(1, n_iters, 2):  # iterations in pairs, counted together (count_two)
         u = tl.minimum(t + 1, n_iters - 1)  # u = t when t is the last: its mass is written twice
-        _, takes_t, p_c_t = _step_probabilities(s, row_max, a_row, exp2_scale_ptr, t, logk)
-        _, takes_u, p_c_u = _step_probabilities(s, row_max, a_row, exp2_scale_ptr, u, logk)
+        _, takes_t, p_c_t = step_probabilities(s, row_max, a_row, exp2_scale_ptr, t, logk)
+        _, takes_u, p_c_u = step_probabilities(s, row_max, a_row, exp2_scale_ptr, u, logk)
         count_t, count_u = count_two(takes_t, takes_u)
         tl.store(out + t * n_tiles, p_c_t * count_t)
         tl.store(out + u * n_tiles, p_c_u * count_u)
@@ -373,17 +374,17 @@ def coor_descent_backward_kernel(
         # t = 1 there is no u: its half is computed and dropped.
         t = n_iters - i
         u = tl.maximum(t - 1, 1)
-        p_t, takes_t, p_c_t = _step_probabilities(s, row_max, a_row, exp2_scale_ptr, t, logk)
-        p_u, takes_u, p_c_u = _step_probabilities(s, row_max, a_row, exp2_scale_ptr, u, logk)
+        p_t, takes_t, p_c_t = step_probabilities(s, row_max, a_row, exp2_scale_ptr, t, logk)
+        p_u, takes_u, p_c_u = step_probabilities(s, row_max, a_row, exp2_scale_ptr, u, logk)
         if SPLIT:  # this tile's masses are parts of the row's
             mass_t = tl.load(sums_ptr + row64 * n_iters + t)
             mass_u = tl.load(sums_ptr + row64 * n_iters + u)
         else:
             count_t, count_u = count_two(takes_t, takes_u)
             mass_t, mass_u = p_c_t * count_t, p_c_u * count_u
-        ds, grad_a, dlogk = _step_back(ds, grad_a, dlogk, p_t, takes_t, mass_t, tl.load(eps_ptr + t))
+        ds, grad_a, dlogk = step_back(ds, grad_a, dlogk, p_t, takes_t, mass_t, tl.load(eps_ptr + t))
         if t > 1:
-            ds, grad_a, dlogk = _step_back(ds, grad_a, dlogk, p_u, takes_u, mass_u, tl.load(eps_ptr + u))
+            ds, grad_a, dlogk = step_back(ds, grad_a, dlogk, p_u, takes_u, mass_u, tl.load(eps_ptr + u))
     dlogk += grad_a * tl.load(eps_ptr)
     ds = tl.where(s != no_score(), ds, 0.0)  # exactly 0 where masked, whatever dy holds
     tl.store(ds_ptr + row64 * stride_ds_row + cols, ds.to(ds_ptr.dtype.element_ty), mask=cols < n_cols)
@@ -392,6 +393,8 @@ def coor_descent_backward_kernel(
 
 # -------------------------------------------------------------------------- launchers
 
+# The plans below were chosen by this sweep:
+TUNED_ON = TunedOn("NVIDIA H200", "3.6.0", "benchmarks/tune_coor_descent.py")
 # Rows up to this many columns are one program each, held in registers (128 float32
 # values a thread at 8 warps); longer rows are split into tiles, which must exchange
 # every iteration's sums through memory.
@@ -432,11 +435,10 @@ class BackwardPlan(NamedTuple):
     num_warps: int
 
 
-def warps_for(block, columns_per_warp, min_warps=1):
-    """Warps for a program of ``block`` columns: one per ``columns_per_warp``, at least
-    ``min_warps``, at most 16, and never more than the block fills (32 columns a warp)."""
-    warps = max(min_warps, min(16, block // columns_per_warp))
-    return max(1, min(warps, block // 32))
+def _warps(block, columns_per_warp, min_warps=1):
+    """One warp for every ``columns_per_warp`` columns of the block, from ``min_warps`` to
+    16, and never more than the block fills (32 columns a warp)."""
+    return warps_for(block, columns_per_warp, min_warps=min_warps, fill=32)
 
 
 def forward_plan(n_rows, n_cols):
@@ -449,20 +451,20 @@ def forward_plan(n_rows, n_cols):
     """
     if n_cols <= ROW_BLOCK_MAX:
         block = next_power_of_2(n_cols)
-        return ForwardPlan(block, 1, n_rows, warps_for(block, ROW_COLUMNS_PER_WARP), True)
+        return ForwardPlan(block, 1, n_rows, _warps(block, ROW_COLUMNS_PER_WARP), True)
     sms = multiprocessor_count()
     tiles = max(cdiv(n_cols, ROW_BLOCK_MAX), min(sms // n_rows, cdiv(n_cols, SPLIT_TILE_MIN)))
     block = next_power_of_2(cdiv(n_cols, tiles))
     tiles = cdiv(n_cols, block)
     single_launch = ON_GPU and tiles <= sms
     row_programs = min(n_rows, max(1, sms // tiles)) if single_launch else n_rows
-    return ForwardPlan(block, tiles, row_programs, warps_for(block, TILE_COLUMNS_PER_WARP, MIN_TILE_WARPS), single_launch)
+    return ForwardPlan(block, tiles, row_programs, _warps(block, TILE_COLUMNS_PER_WARP, MIN_TILE_WARPS), single_launch)
 
 
 def backward_plan(n_rows, n_cols):
     """Whole rows when they fit in registers, else tiles of BACKWARD_SPLIT_TILE."""
     block = next_power_of_2(n_cols) if n_cols <= BACKWARD_ROW_BLOCK_MAX else BACKWARD_SPLIT_TILE
-    return BackwardPlan(block, cdiv(n_cols, block), warps_for(block, TILE_COLUMNS_PER_WARP))
+    return BackwardPlan(block, cdiv(n_cols, block), _warps(block, TILE_COLUMNS_PER_WARP))
 
 
 class Schedule(NamedTuple):

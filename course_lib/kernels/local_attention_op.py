@@ -19,13 +19,12 @@ backward kernels (keys' and values' gradients by key tile, queries' by query til
 the launchers, the autograd.Function and custom operators, and the public function.
 """
 
-from typing import NamedTuple
-
 import torch
 import triton
 import triton.language as tl
 
 from ..core.operator import kernel_op
+from ..core.plans import LaunchPlan, TunedOn
 from ..core.runtime import ON_GPU, cdiv, launch, next_power_of_2
 from ..core.validation import check_index_range, check_same_device_and_dtype, check_tensor, on_device_of
 
@@ -208,23 +207,15 @@ def local_attention_backward_q_kernel(
 # -------------------------------------------------------------------------- launchers
 
 
-class Tiles(NamedTuple):
-    """A kernel's launch plan: queries and keys a tile, warps, software-pipeline stages."""
-
-    block_m: int
-    block_n: int
-    num_warps: int
-    num_stages: int
-
-
-# Each kernel's tiles for heads up to 64 and up to 128 (MAX_HEAD_DIM), from
-# benchmarks/tune_local_attention.py on an H200 ((8, 8, 4096, d) bfloat16, windows of
+# Each kernel's LaunchPlan (block_rows queries, block_cols keys a tile) for heads up to
+# 64 and up to 128 (MAX_HEAD_DIM), from benchmarks/tune_local_attention.py on an H200 ((8, 8, 4096, d) bfloat16, windows of
 # 128): 64 x 64 tiles at 4 warps, the size of Triton's attention tutorial, were within 3%
 # of the best of 48 plans everywhere but the forward of heads of 128, where narrower key
 # tiles and a deeper pipeline took 8% off (143 to 132 us).
-FORWARD_TILES = {64: Tiles(64, 64, 4, 2), 128: Tiles(64, 32, 4, 3)}
-BACKWARD_Q_TILES = {64: Tiles(64, 64, 4, 2), 128: Tiles(64, 64, 4, 2)}
-BACKWARD_KV_TILES = {64: Tiles(64, 64, 4, 2), 128: Tiles(64, 64, 4, 2)}
+TUNED_ON = TunedOn("NVIDIA H200", "3.6.0", "benchmarks/tune_local_attention.py")
+FORWARD_TILES = {64: LaunchPlan(64, 64, 4, 2), 128: LaunchPlan(64, 32, 4, 3)}
+BACKWARD_Q_TILES = {64: LaunchPlan(64, 64, 4, 2), 128: LaunchPlan(64, 64, 4, 2)}
+BACKWARD_KV_TILES = {64: LaunchPlan(64, 64, 4, 2), 128: LaunchPlan(64, 64, 4, 2)}
 
 
 def tiles_for(table, head_dim):
@@ -242,7 +233,7 @@ def _options(q, tiles):
     """A kernel's constexprs and launch options for q's head size and dtype and its tiles."""
     head_dim = q.shape[-1]
     return dict(
-        HEAD_DIM=head_dim, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_D=max(16, next_power_of_2(head_dim)),
+        HEAD_DIM=head_dim, BLOCK_M=tiles.block_rows, BLOCK_N=tiles.block_cols, BLOCK_D=max(16, next_power_of_2(head_dim)),
         # A constexpr: inductor passes a float argument as float64, and the scores would follow.
         SCALE=head_dim**-0.5,
         # float32 products in full precision: tf32 would cost them 3 decimal digits.
@@ -263,7 +254,7 @@ def local_attention_forward(q, k, v, window, tiles=None):
     lse = torch.empty((b * h, n), device=q.device, dtype=torch.float32)
     if out.numel():
         with on_device_of(q):
-            launch(local_attention_forward_kernel, (cdiv(n, tiles.block_m), b * h),
+            launch(local_attention_forward_kernel, (cdiv(n, tiles.block_rows), b * h),
                 q, k, v, out, lse, n, h, *q.stride(), *k.stride(), *v.stride(), *out.stride()[:3],
                 WINDOW=window, **_options(q, tiles),
             )
@@ -283,11 +274,11 @@ def local_attention_backward(grad_out, q, k, v, out, lse, window, q_tiles=None, 
         out = _heads_last(out).copy_(out)
     arguments = (n, h, *q.stride(), *k.stride(), *v.stride(), *grad_out.stride())
     with on_device_of(q):
-        launch(local_attention_backward_q_kernel, (cdiv(n, q_tiles.block_m), b * h),
+        launch(local_attention_backward_q_kernel, (cdiv(n, q_tiles.block_rows), b * h),
             q, k, v, out, grad_out, lse, delta, grad_q, *arguments, *grad_q.stride()[:3],
             WINDOW=window, **_options(q, q_tiles),
         )
-        launch(local_attention_backward_kv_kernel, (cdiv(n, kv_tiles.block_n), b * h),
+        launch(local_attention_backward_kv_kernel, (cdiv(n, kv_tiles.block_cols), b * h),
             q, k, v, grad_out, lse, delta, grad_k, grad_v, *arguments, *grad_k.stride()[:3],
             WINDOW=window, **_options(q, kv_tiles),
         )

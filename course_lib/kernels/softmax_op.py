@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 
 from ..core.operator import kernel_op
+from ..core.plans import LaunchPlan, TunedOn, warps_for
 from ..core.runtime import cdiv, launch, multiprocessor_count, next_power_of_2
 from ..core.validation import INT32_LIMIT, check_index_range, check_tensor, on_device_of
 
@@ -292,14 +293,18 @@ LOOPED_PROGRAMS_PER_SM = 2
 SHORT_ROW_LOOPED_PROGRAMS_PER_SM = 32
 
 
+# The plans below were chosen by this sweep:
+TUNED_ON = TunedOn("NVIDIA H200", "3.6.0", "benchmarks/tune_softmax.py")
+
+
 def _looped_tiles(n_cols):
     """Tiles of a quarter of the row, at most 16384 values, a warp for every 256 values."""
     block_cols = min(16384, next_power_of_2(n_cols) // 4)
-    return 1, block_cols, min(32, block_cols // 256)
+    return LaunchPlan(1, block_cols, warps_for(block_cols, 256, max_warps=32))
 
 
 def row_tiles(n_cols, element_size):
-    """(BLOCK_ROWS, BLOCK_COLS, num_warps), the same for the forward and the backward.
+    """The LaunchPlan of rows of ``n_cols``, the same for the forward and the backward.
 
     The best of benchmarks/tune_softmax.py's sweep:
     * rows up to SINGLE_BLOCK_MAX_COLS sit whole in one block, one row a program
@@ -311,12 +316,12 @@ def row_tiles(n_cols, element_size):
         return _looped_tiles(n_cols)
     block_cols = next_power_of_2(n_cols)
     block_rows = max(1, 1024 // block_cols)
-    min_warps = 4 if element_size == 4 else 2
-    return block_rows, block_cols, max(min_warps, min(16, block_rows * block_cols // 1024))
+    return LaunchPlan(block_rows, block_cols,
+                      warps_for(block_rows * block_cols, 1024, min_warps=4 if element_size == 4 else 2))
 
 
 def forward_tiles(n_cols, element_size):
-    """(BLOCK_ROWS, BLOCK_COLS, num_warps) for the forward kernels.
+    """The forward kernels' LaunchPlan.
 
     BLOCK_COLS >= n_cols selects the one-block kernel; a narrower BLOCK_COLS selects
     the looped kernel, which works on one row at a time (BLOCK_ROWS = 1).
@@ -325,14 +330,14 @@ def forward_tiles(n_cols, element_size):
     warps: a program's fixed costs then count half as much. In float32, bound by
     bytes, it did not pay.
     """
-    block_rows, block_cols, num_warps = row_tiles(n_cols, element_size)
-    if element_size <= 2 and block_cols <= 1024:
-        block_rows *= 2
-    return block_rows, block_cols, num_warps
+    plan = row_tiles(n_cols, element_size)
+    if element_size <= 2 and plan.block_cols <= 1024:
+        return plan._replace(block_rows=2 * plan.block_rows)
+    return plan
 
 
 def backward_tiles(n_cols, element_size, causal=False):
-    """(BLOCK_ROWS, BLOCK_COLS, num_warps) for the backward kernels, as forward_tiles.
+    """The backward kernels' LaunchPlan, as forward_tiles.
 
     One exception: the causal backward in 16-bit types, from
     LOOPED_CAUSAL_BACKWARD_MIN_COLS columns, takes the looped kernel even where a row
@@ -374,14 +379,14 @@ def _check_index_headroom(n_rows, n_cols, block_rows, block_cols):
 
 
 def softmax_forward(x, causal, tiles=None, diagonal=0):
-    """Launch a forward kernel; ``tiles`` overrides (BLOCK_ROWS, BLOCK_COLS, num_warps).
+    """Launch a forward kernel; ``tiles``, a LaunchPlan, overrides forward_tiles'.
     A causal query i sees keys j <= i + ``diagonal``."""
     if x.numel() == 0:
         return torch.empty(x.shape, device=x.device, dtype=x.dtype)
     x3d = _as_matrices(x)
     n_matrices, rows_per_matrix, n_cols = x3d.shape
     n_rows = n_matrices * rows_per_matrix
-    block_rows, block_cols, num_warps = tiles or forward_tiles(n_cols, x.element_size())
+    block_rows, block_cols, num_warps, _ = tiles or forward_tiles(n_cols, x.element_size())
     _check_index_headroom(n_rows, n_cols, block_rows, block_cols)
     y = torch.empty(x.shape, device=x.device, dtype=x.dtype)
     y2d = y.view(n_rows, n_cols)
@@ -409,7 +414,7 @@ def softmax_backward(y, grad_y, causal, tiles=None, diagonal=0):
     grad_y3d = _as_matrices(grad_y)
     n_matrices, rows_per_matrix, n_cols = grad_y3d.shape
     n_rows = n_matrices * rows_per_matrix
-    block_rows, block_cols, num_warps = tiles or backward_tiles(n_cols, y.element_size(), causal=causal)
+    block_rows, block_cols, num_warps, _ = tiles or backward_tiles(n_cols, y.element_size(), causal=causal)
     _check_index_headroom(n_rows, n_cols, block_rows, block_cols)
     y2d = y.reshape(n_rows, n_cols)  # the forward wrote y row-major: a view
     grad_x = torch.empty(y.shape, device=y.device, dtype=y.dtype)

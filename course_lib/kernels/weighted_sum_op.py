@@ -9,6 +9,7 @@ import triton
 import triton.language as tl
 
 from ..core.operator import kernel_op
+from ..core.plans import LaunchPlan, TunedOn, warps_for
 from ..core.rows import as_rows, known_multiple_of, sum_partial_rows, vector_width, width_hint
 from ..core.runtime import cdiv, launch, multiprocessor_count, next_power_of_2
 from ..core.validation import (
@@ -125,11 +126,13 @@ def weighted_sum_backward_kernel(
 # -------------------------------------------------------------------------- launchers
 
 
+# The plans below were chosen by this sweep:
+TUNED_ON = TunedOn("NVIDIA H200", "3.6.0", "benchmarks/tune_weighted_sum.py")
 FORWARD_TILE_BYTES = 16384
 
 
 def forward_tiles(n_cols, element_size, wide_loads=True):
-    """(BLOCK_ROWS, BLOCK_COLS, num_warps, NUM_STAGES) for the forward kernel.
+    """The forward kernel's LaunchPlan.
 
     ``wide_loads``: whether Triton can read x 16 bytes at a time (``vector_width``).
     The choices, each the best of benchmarks/tune_weighted_sum.py's sweep:
@@ -145,14 +148,14 @@ def forward_tiles(n_cols, element_size, wide_loads=True):
     row_block = next_power_of_2(n_cols)
     row_bytes = row_block * element_size
     if row_bytes > FORWARD_TILE_BYTES:
-        return 2, FORWARD_TILE_BYTES // 2 // element_size, 4, 1
+        return LaunchPlan(2, FORWARD_TILE_BYTES // 2 // element_size, 4)
     if wide_loads:
-        return FORWARD_TILE_BYTES // row_bytes, row_block, 16, 1
-    return max(2, 4096 // row_bytes), row_block, max(1, row_block // 1024), 1
+        return LaunchPlan(FORWARD_TILE_BYTES // row_bytes, row_block, 16)
+    return LaunchPlan(max(2, 4096 // row_bytes), row_block, warps_for(row_block, 1024))
 
 
 def backward_tiles(n_cols, element_size):
-    """(BLOCK_ROWS, BLOCK_COLS, num_warps, NUM_STAGES) for the backward kernel.
+    """The backward kernel's LaunchPlan.
 
     Narrower column blocks than the forward: each program keeps a float32 partial
     grad_weight for its columns, and more column blocks mean more programs. From the
@@ -163,7 +166,7 @@ def backward_tiles(n_cols, element_size):
     tile_bytes, row_bytes = (16384, 1024) if element_size == 4 else (8192, 256)
     block_cols = min(next_power_of_2(n_cols), row_bytes // element_size)
     block_rows = max(1, tile_bytes // element_size // block_cols)
-    return block_rows, block_cols, 4, 3 if block_cols >= n_cols else 1
+    return LaunchPlan(block_rows, block_cols, 4, 3 if block_cols >= n_cols else 1)
 
 
 BACKWARD_PROGRAMS_PER_SM = 4
@@ -184,7 +187,7 @@ def _check_inputs(op, x, weight):
 
 
 def weighted_sum_forward(x, weight, tiles=None):
-    """Launch the forward kernel; ``tiles`` overrides (BLOCK_ROWS, BLOCK_COLS, num_warps, NUM_STAGES)."""
+    """Launch the forward kernel; ``tiles``, a LaunchPlan, overrides forward_tiles'."""
     x2d = as_rows(x)
     n_rows, n_cols = x2d.shape
     y = torch.empty(n_rows, device=x.device, dtype=x.dtype)

@@ -43,10 +43,6 @@ def test_supported_gpu_is_used(monkeypatch):
     assert runtime._choose_backend() == (True, "NVIDIA H100")
 
 
-@pytest.mark.parametrize("elements, warps", [(1, 1), (256, 1), (1024, 4), (4096, 16), (1 << 20, 16)])
-def test_num_warps_for(elements, warps):
-    assert runtime.num_warps_for(elements) == warps
-
 
 def test_host_integer_helpers_agree_with_triton():
     # The launchers' own copies, fast on the host; triton's are the reference.

@@ -7,7 +7,8 @@ from conftest import (COMPILE_MODES, DTYPES, TOLERANCES, assert_compiled_refuses
 from course_lib.core import references
 from course_lib.kernels.layernorm_op import tiled as layernorm_module
 from course_lib.kernels.layernorm_op.tiled import LayerNorm, layernorm, layernorm_forward
-from course_lib.kernels.layernorm_op.parts import BACKWARD_MAX_BLOCK, SPLIT_ROW_BLOCK, BackwardConfig, Tiles, backward_config
+from course_lib.core.plans import LaunchPlan
+from course_lib.kernels.layernorm_op.parts import BACKWARD_MAX_BLOCK, SPLIT_ROW_BLOCK, BackwardConfig, backward_config
 from course_lib.kernels.layernorm_op.wide import SPLIT_PROGRAMS_PER_SM, can_split_rows
 from course_lib.core.runtime import DEVICE, ON_GPU, multiprocessor_count
 
@@ -85,7 +86,7 @@ def use_kernels(monkeypatch, kernels):
     16 take the looped forward and the two-stage or the split-row backward, even on a CPU."""
     if kernels == "single":
         return
-    tiles = Tiles(block_rows=2, block_cols=16, num_warps=4, num_stages=2)
+    tiles = LaunchPlan(block_rows=2, block_cols=16, num_warps=4, num_stages=2)
     split_block = SPLIT_TEST_BLOCK if kernels == "split" else None
     monkeypatch.setattr(layernorm_module, "forward_tiles", lambda n_cols, element_size: tiles)
     monkeypatch.setattr(
@@ -249,7 +250,7 @@ def test_forward_tiles_override_picks_the_looped_kernel():
     x = random_rows((5, 100), torch.float32)
     gamma, beta = random_params(100, torch.float32)
     whole, whole_stats = layernorm_forward(x, gamma, beta, 1e-5, save_stats=True)
-    looped, looped_stats = layernorm_forward(x, gamma, beta, 1e-5, save_stats=True, tiles=Tiles(1, 32, 4))
+    looped, looped_stats = layernorm_forward(x, gamma, beta, 1e-5, save_stats=True, tiles=LaunchPlan(1, 32, 4))
     torch.testing.assert_close(looped, whole)
     for a, b in zip(looped_stats, whole_stats):
         torch.testing.assert_close(a, b)

@@ -4,7 +4,8 @@ import torch
 from conftest import COMPILE_MODES, DTYPES, assert_compiled_refuses, assert_compiles_whole, assert_matches
 from course_lib.core import references
 from course_lib.kernels import local_attention_op as la
-from course_lib.kernels.local_attention_op import MAX_HEAD_DIM, Tiles, local_causal_attention
+from course_lib.core.plans import LaunchPlan
+from course_lib.kernels.local_attention_op import MAX_HEAD_DIM, local_causal_attention
 from course_lib.core.runtime import DEVICE, pick
 
 # (batch, heads, n, head_dim, window): one token; n not a multiple of the window; a
@@ -88,7 +89,7 @@ def test_a_key_outside_the_windows_changes_nothing():
     assert torch.equal(dirty[..., 20, :], clean[..., 20, :])
 
 
-@pytest.mark.parametrize("tiles", [Tiles(32, 128, 8, 3), Tiles(128, 32, 4, 1), Tiles(16, 16, 4, 2)], ids=str)
+@pytest.mark.parametrize("tiles", [LaunchPlan(32, 128, 8, 3), LaunchPlan(128, 32, 4, 1), LaunchPlan(16, 16, 4, 2)], ids=str)
 def test_any_tiles_give_the_same_values(tiles):
     # Tiles larger and smaller than the window, and tiles of queries and keys that differ:
     # the key range of a query tile (and the query range of a key tile) must not assume

@@ -7,7 +7,8 @@ import triton
 from conftest import (COMPILE_MODES, DTYPES, assert_compiled_refuses, assert_compiles_whole, assert_matches, gpu_only,
                       poison_cached_memory)
 from course_lib.core import references
-from course_lib.core.runtime import DEVICE, num_warps_for, pick
+from course_lib.core.plans import LaunchPlan, warps_for
+from course_lib.core.runtime import DEVICE, pick
 from course_lib.kernels import softmax_op as softmax_module
 from course_lib.kernels.softmax_op import (
     SINGLE_BLOCK_MAX_COLS,
@@ -35,7 +36,7 @@ def looped_tiles(n_cols, element_size, causal=False):
     """Tiles that send rows of 3 or more columns to the looped kernels: about four
     tiles a row, at most 1024 columns a tile."""
     block_cols = min(1024, max(2, triton.next_power_of_2(n_cols) // 4))
-    return 1, block_cols, num_warps_for(block_cols)
+    return LaunchPlan(1, block_cols, warps_for(block_cols, 256))
 
 
 def use_looped_kernels(monkeypatch):
@@ -80,7 +81,7 @@ def assert_zero_above_diagonal(t, what, diagonal=0):
 
 def test_looped_tiles_really_loop():
     for n_cols in (3, 17, 127, 1000, 131072):
-        block_rows, block_cols, _ = looped_tiles(n_cols, 4)
+        block_rows, block_cols, _, _ = looped_tiles(n_cols, 4)
         assert block_rows == 1 and 2 <= triton.cdiv(n_cols, block_cols) <= max(4, n_cols // 1024)
 
 
@@ -127,7 +128,7 @@ def test_causal_diagonal_matches_reference(m, n, diagonal, dtype, kernel_path):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("tiles", [(4, 256, 2), (2, 512, 4)], ids=str)
+@pytest.mark.parametrize("tiles", [LaunchPlan(4, 256, 2), LaunchPlan(2, 512, 4)], ids=str)
 def test_causal_diagonal_half_width_programs(tiles, dtype):
     # (128, 256) scores with diagonal 128, as local attention makes them: the first
     # queries' last keys fall in the first half of the block, the last ones' in the second.
@@ -253,10 +254,10 @@ def test_causal_never_uses_the_upper_triangle(kernel_path):
 @pytest.mark.parametrize(
     ("n", "tiles"),
     [
-        (40, (4, 64, 2)),  # rows 0-31 at half width (32 columns), 32-39 whole
-        (38, (4, 64, 2)),  # a program holding rows 36-37 of one matrix and 0-1 of the next: whole
-        (38, (8, 128, 4)),  # the half block (64) covers every row: all at half width
-        (33, (2, 64, 1)),  # the first row past the half (32) has a single key in the second half
+        (40, LaunchPlan(4, 64, 2)),  # rows 0-31 at half width (32 columns), 32-39 whole
+        (38, LaunchPlan(4, 64, 2)),  # a program holding rows 36-37 of one matrix and 0-1 of the next: whole
+        (38, LaunchPlan(8, 128, 4)),  # the half block (64) covers every row: all at half width
+        (33, LaunchPlan(2, 64, 1)),  # the first row past the half (32) has a single key in the second half
     ],
     ids=str,
 )
@@ -329,7 +330,8 @@ def test_reference_backward_matches_autograd():
 @pytest.mark.parametrize("n_cols", [1, 2, 3, 17, 100, 1024, 4096, 8192, 16384, 16385, 131072, 10**7])
 @pytest.mark.parametrize("element_size", [2, 4])
 def test_tiles(tiles, n_cols, element_size):
-    block_rows, block_cols, num_warps = tiles(n_cols, element_size)
+    block_rows, block_cols, num_warps, num_stages = tiles(n_cols, element_size)
+    assert num_stages == 1
     for value in (block_rows, block_cols, num_warps):
         assert value >= 1 and value & (value - 1) == 0
     if n_cols <= SINGLE_BLOCK_MAX_COLS:
@@ -340,9 +342,9 @@ def test_tiles(tiles, n_cols, element_size):
 
 @pytest.mark.parametrize("n_cols", [4096, 8192])
 def test_causal_16_bit_backward_takes_the_looped_kernel(n_cols):
-    assert backward_tiles(n_cols, 2, causal=True)[1] < n_cols
-    assert backward_tiles(n_cols, 4, causal=True)[1] >= n_cols
-    assert backward_tiles(n_cols, 2, causal=False)[1] >= n_cols
+    assert backward_tiles(n_cols, 2, causal=True).block_cols < n_cols
+    assert backward_tiles(n_cols, 4, causal=True).block_cols >= n_cols
+    assert backward_tiles(n_cols, 2, causal=False).block_cols >= n_cols
 
 
 # ------------------------------------------------------------------ GPU only

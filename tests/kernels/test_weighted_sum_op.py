@@ -8,6 +8,7 @@ from conftest import (COMPILE_MODES, DTYPES, assert_compiled_refuses, assert_com
 from course_lib.core import references
 from course_lib import weighted_sum
 from course_lib.core.runtime import DEVICE, pick
+from course_lib.core.plans import LaunchPlan
 from course_lib.kernels.weighted_sum_op import backward_tiles, forward_tiles, weighted_sum_forward
 
 SHAPES = [(1, 1), (7, 3), (5, 16), (33, 17), (2, 3, 129), (4, 1000), (2, 1, 1, 5)] + pick(
@@ -120,7 +121,8 @@ def test_grad_weight_is_bitwise_deterministic():
         assert torch.equal(g, grads[0])
 
 
-@pytest.mark.parametrize("tiles", [(2, 64, 4, 1), (1, 128, 2, 2), (4, 512, 4, 1), (1, 8192, 16, 1)], ids=str)
+@pytest.mark.parametrize("tiles", [LaunchPlan(2, 64, 4, 1), LaunchPlan(1, 128, 2, 2), LaunchPlan(4, 512, 4, 1),
+                                   LaunchPlan(1, 8192, 16, 1)], ids=str)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_forward_column_loop_and_whole_row_tiles(tiles, dtype):
     # Tiles narrower than the row take the kernel's column loop; wider ones its

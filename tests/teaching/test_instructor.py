@@ -196,7 +196,7 @@ def test_missing_instructor_dependency_says_what_to_install(tmp_path, monkeypatc
 def test_module_imports_without_instructor_dependencies():
     blocked = "import sys; sys.modules.update(nbformat=None, nbclient=None); "
     subprocess.run(
-        [sys.executable, "-c", blocked + "import course_lib.instructor"],
+        [sys.executable, "-c", blocked + "import course_lib.teaching.instructor"],
         cwd=REPO_ROOT,
         check=True,
     )
@@ -344,7 +344,7 @@ def test_checkers_come_from_the_release_and_tampering_is_reported(tmp_path):
 
 def test_a_monkeypatched_exercises_module_has_no_effect(tmp_path):
     release = write_notebook(tmp_path / "release" / "lesson.ipynb", [
-        new_code_cell("from course_lib import exercises\nimport torch"),
+        new_code_cell("from course_lib.teaching import exercises\nimport torch"),
         *exercise("1.1", "def scale_columns(x, w):\n    # BEGIN SOLUTION\n    return x * w\n    # END SOLUTION",
                   "exercises.check_scale_columns(scale_columns)"),
     ])
@@ -371,7 +371,7 @@ def test_hidden_inputs_defeat_answers_recorded_from_the_visible_check(tmp_path):
         "torch.manual_seed(0)"
     )
     release = write_notebook(tmp_path / "release" / "lesson.ipynb", [
-        new_code_cell("from course_lib import exercises\nimport torch"),
+        new_code_cell("from course_lib.teaching import exercises\nimport torch"),
         *exercise("1.1", recorded_answers, "exercises.check_scale_columns(scale_columns)"),
     ])
     stamp_exercise_metadata([release])
@@ -586,7 +586,7 @@ def test_the_five_returns_of_chapter_1_score_3_0_0_0_0(tmp_path, monkeypatch):
 
     def checkers_no_op(notebook):
         notebook.cells.insert(3, new_code_cell(
-            "from course_lib import exercises\nfor name in dir(exercises):\n    if name.startswith('check_'):\n"
+            "from course_lib.teaching import exercises\nfor name in dir(exercises):\n    if name.startswith('check_'):\n"
             "        setattr(exercises, name, lambda *args, **kwargs: print('passed'))"))
 
     def checkers_deleted(notebook):

@@ -14,6 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ...core.plans import LaunchPlan, TunedOn, warps_for
 from ...core.runtime import cdiv, max_shared_memory, next_power_of_2
 from ...core.validation import INT32_LIMIT
 
@@ -72,17 +73,6 @@ def store_partial_row(partial_row_ptr, cols, col_mask, n_cols, grad_gamma_acc, g
 # -------------------------------------------------------------------------- launchers
 
 
-class Tiles(NamedTuple):
-    """A program's tile: BLOCK_ROWS rows of BLOCK_COLS columns, its warps, and how many
-    iterations of its loop are in flight (tl.range's software pipelining: the next
-    tiles load into shared memory while this one is computed; 1 is none)."""
-
-    block_rows: int
-    block_cols: int
-    num_warps: int
-    num_stages: int = 1
-
-
 class BackwardConfig(NamedTuple):
     """How the backward is cut up.
 
@@ -94,9 +84,9 @@ class BackwardConfig(NamedTuple):
     walking rows on ``dx_tiles``.
     """
 
-    tiles: Tiles
+    tiles: LaunchPlan
     programs_per_sm: int
-    dx_tiles: Tiles | None = None
+    dx_tiles: LaunchPlan | None = None
     split_block: int | None = None
 
 
@@ -109,6 +99,8 @@ BACKWARD_MAX_BLOCK = 8192
 SPLIT_ROW_BLOCK = 4096
 WIDE_ROW_TILE = 8192
 # Bytes of x a thread holds, from which the tiles' warps follow (see forward_tiles).
+# The plans below were chosen by this sweep:
+TUNED_ON = TunedOn("NVIDIA H200", "3.6.0", "benchmarks/tune_layernorm.py")
 BYTES_A_THREAD = 64
 MAX_WARPS = 16
 FORWARD_MAX_WARPS = 32  # 1024 threads, the most a program may have: whole rows of 32768 float32
@@ -122,12 +114,12 @@ NARROW_ROW_WIDTH = 16
 
 def _warps_for_tile(tile_bytes, max_warps=MAX_WARPS):
     """BYTES_A_THREAD bytes of the tile a thread, 4 to max_warps warps."""
-    return max(4, min(max_warps, tile_bytes // (32 * BYTES_A_THREAD)))
+    return warps_for(tile_bytes, 32 * BYTES_A_THREAD, min_warps=4, max_warps=max_warps)
 
 
 @functools.cache  # called on every launch: keep the host path short
 def forward_tiles(n_cols, element_size):
-    """Tiles for the forward, as benchmarks/tune_layernorm.py's sweep chose them.
+    """The forward's LaunchPlan, as benchmarks/tune_layernorm.py's sweep chose it.
 
     64 bytes of x a thread, 4 to FORWARD_MAX_WARPS warps (more only add reductions
     across warps); narrow rows share a program, up to 4 KiB of x; whole rows up to
@@ -136,9 +128,9 @@ def forward_tiles(n_cols, element_size):
     """
     block_cols = next_power_of_2(n_cols)
     if block_cols > FORWARD_MAX_BLOCK:
-        return Tiles(1, MAX_WARPS * 32 * BYTES_A_THREAD // element_size, MAX_WARPS)
+        return LaunchPlan(1, MAX_WARPS * 32 * BYTES_A_THREAD // element_size, MAX_WARPS)
     block_rows = max(1, 4096 // (block_cols * element_size))
-    return Tiles(block_rows, block_cols, _warps_for_tile(block_rows * block_cols * element_size, FORWARD_MAX_WARPS))
+    return LaunchPlan(block_rows, block_cols, _warps_for_tile(block_rows * block_cols * element_size, FORWARD_MAX_WARPS))
 
 
 def _counted_width(block_cols):
@@ -159,13 +151,13 @@ def backward_config(n_cols, element_size, shared_memory=None):
     """
     block_cols = next_power_of_2(n_cols)
     if block_cols > BACKWARD_MAX_BLOCK:
-        return BackwardConfig(Tiles(4, 512, 4), 4, Tiles(1, WIDE_ROW_TILE, MAX_WARPS), SPLIT_ROW_BLOCK)
+        return BackwardConfig(LaunchPlan(4, 512, 4), 4, LaunchPlan(1, WIDE_ROW_TILE, MAX_WARPS), SPLIT_ROW_BLOCK)
     row_width = _counted_width(block_cols)
     block_rows = max(1, 4096 // row_width)
     tile_bytes = block_rows * row_width * element_size
     if shared_memory is None:
         shared_memory = max_shared_memory()
-    tiles = Tiles(block_rows, block_cols, _warps_for_tile(tile_bytes), PIPELINE_STAGES)
+    tiles = LaunchPlan(block_rows, block_cols, _warps_for_tile(tile_bytes), PIPELINE_STAGES)
     if pipeline_shared_bytes(tiles, element_size) + SHARED_MEMORY_RESERVE > shared_memory:
         tiles = tiles._replace(num_stages=1)
     return BackwardConfig(tiles, programs_per_sm=max(1, 16384 // tile_bytes))

@@ -291,7 +291,7 @@ def _inference(x, gamma, beta, eps):
 LAYERNORM = kernel_op(
     "layernorm", forward=_forward, backward=_backward, save=_save_for_backward, gradients=_gradients,
     check=lambda x, gamma, beta, eps: _check_inputs("layernorm", x, gamma, beta, eps, any_float_params=True),
-    differentiable={"x": 0, "gamma": 1, "beta": 2}, inference=_inference,
+    differentiable={"x": 0, "gamma": 1, "beta": 2}, inference=_inference, function_name="LayerNormFunction",
 )
 layernorm_op = LAYERNORM.operator  # the forward operator, which the stable option below calls
 layernorm_backward_op = LAYERNORM.backward_operator
@@ -400,7 +400,7 @@ def _layernorm(op, names, x, gamma, beta, eps, stable):
         return layernorm_op(z, gamma, beta, eps)[0].to(x.dtype)
     if stable:
         return StableLayerNormFunction.apply(x, gamma, beta, eps)
-    return LAYERNORM(x, gamma, beta, eps)
+    return LAYERNORM(x, gamma, beta, eps, error_name=op, input_names=("x", *names))
 
 
 class LayerNorm(nn.Module):
