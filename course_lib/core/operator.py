@@ -32,6 +32,7 @@ import functools
 from typing import Callable, NamedTuple
 
 import torch
+from torch.autograd import forward_ad
 
 from .runtime import kernel_operator
 from .validation import first_order_only, wants_gradient
@@ -59,9 +60,16 @@ class KernelOp(NamedTuple):
         are the caller's names for errors."""
         if torch.compiler.is_compiling():
             return self.finish(_first(self.operator(*inputs)))
-        names = input_names or self.differentiable
-        if wants_gradient(error_name or self.error_name,
-                          **{name: inputs[i] for name, i in zip(names, self.differentiable.values())}):
+        # wants_gradient, without building its keyword arguments on every eager call
+        # unless a forward-mode tangent may be there to refuse.
+        if getattr(forward_ad, "_current_level", 0) >= 0:
+            names = input_names or self.differentiable
+            wanted = wants_gradient(error_name or self.error_name,
+                                    **{name: inputs[i] for name, i in zip(names, self.differentiable.values())})
+        else:
+            wanted = torch.is_grad_enabled() and any(
+                isinstance(inputs[i], torch.Tensor) and inputs[i].requires_grad for i in self.differentiable.values())
+        if wanted:
             return self.finish(self.Function.apply(*inputs))
         return self.finish(self.inference(*inputs))
 
