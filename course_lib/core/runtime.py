@@ -158,7 +158,15 @@ def max_shared_memory():
 # kernel through torch.library.wrap_triton, and inductor then launches it itself, from
 # its own generated code, without any of this Python.
 DIRECT_LAUNCH_TRITON = ("3.6.",)
-_direct_launch = ON_GPU and triton.__version__.startswith(DIRECT_LAUNCH_TRITON)
+
+
+def direct_launch_supported(triton_version):
+    """Whether ``launch`` may call this Triton release's compiled kernels directly (a
+    private interface, checked release by release); elsewhere it takes kernel[grid]."""
+    return triton_version.startswith(DIRECT_LAUNCH_TRITON)
+
+
+_direct_launch = ON_GPU and direct_launch_supported(triton.__version__)
 _compiled_kernels = {}
 _INT32 = range(-(2**31), 2**31)
 
@@ -225,7 +233,13 @@ def launch(kernel, grid, *args, num_warps=4, num_stages=None, maxnreg=None, **co
         values = tuple(constexprs.get(p.name, p.default) for p in kernel.params[len(args):])
         _compiled_kernels[key] = compiled, values
         return
-    compiled, values = found
+    _launch_compiled(*found, grid, args)
+
+
+def _launch_compiled(compiled, values, grid, args):
+    """The one place that calls Triton's private launcher interface (Triton 3.6's
+    ``CompiledKernel.run``), as kernel[grid] would after finding ``compiled``; ``values``
+    are the constexprs the launcher takes after ``args``."""
     stream = torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())  # what Triton's driver asks
     enter, exit_ = triton.knobs.runtime.launch_enter_hook, triton.knobs.runtime.launch_exit_hook
     if enter.calls or exit_.calls:  # a profiler's hooks: passed as kernel[grid] passes them

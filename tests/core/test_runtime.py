@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -159,3 +161,24 @@ def test_launch_hooks_see_every_launch_and_then_none():
     launch()
     torch.testing.assert_close(dst, src * 3.0)
     assert seen == ["_scaled_copy_kernel"] * 2
+
+
+def _pinned_triton_versions():
+    root = Path(__file__).resolve().parents[2]
+    pins = {}
+    for name in ("requirements.txt", "requirements-floor.txt", "requirements-triton-latest.txt"):
+        for line in (root / name).read_text().splitlines():
+            if line.startswith("triton=="):
+                pins[name] = line.split("==")[1].split(";")[0].strip()
+    return pins
+
+
+def test_direct_launches_only_on_releases_checked_and_kernel_grid_elsewhere():
+    """Every Triton the package pins either takes the direct path (checked on a GPU by the
+    tests above, on the GPU runs' Triton 3.6) or falls back to kernel[grid]."""
+    pins = _pinned_triton_versions()
+    assert set(pins) == {"requirements.txt", "requirements-floor.txt", "requirements-triton-latest.txt"}
+    assert runtime.direct_launch_supported(pins["requirements-floor.txt"])  # the GPU runs' release
+    assert not runtime.direct_launch_supported(pins["requirements-triton-latest.txt"])
+    assert not runtime.direct_launch_supported("3.10.0") and not runtime.direct_launch_supported("3.60.0")
+    assert runtime._direct_launch == (runtime.ON_GPU and runtime.direct_launch_supported(runtime.triton.__version__))
