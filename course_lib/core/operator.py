@@ -11,7 +11,9 @@ A kernel module states, once each:
 - ``gradients(ctx, backward, grad)``: the gradient of every input from the gradient of
   the first output, calling ``backward`` (given to it: see below);
 - ``check(*inputs)``: the input checks of the public function, which the operator makes
-  too when it is called directly (``torch.ops.course_lib.<name>``).
+  too when it is called directly (``torch.ops.course_lib.<name>``), and
+  ``check_backward(*arguments)``, the backward operator's: the shapes, dtypes and devices
+  of what the forward saved, so that neither operator reads memory it was not given.
 
 From these :func:`kernel_op` builds a :class:`KernelOp`:
 
@@ -74,7 +76,7 @@ class KernelOp(NamedTuple):
         return self.finish(self.inference(*inputs))
 
 
-def kernel_op(name, *, forward, backward, save, gradients, check, differentiable, inference=None,
+def kernel_op(name, *, forward, backward, save, gradients, check, check_backward, differentiable, inference=None,
               finish=lambda output: output, error_name=None, function_name=None):
     """The operators, autograd.Function and dispatch of one kernel (see the module's
     docstring). ``differentiable`` names the inputs that may need a gradient, with their
@@ -88,9 +90,14 @@ def kernel_op(name, *, forward, backward, save, gradients, check, differentiable
         check(*inputs)
         return forward(*inputs)
 
+    def checked_backward(*arguments):
+        check_backward(*arguments)
+        return backward(*arguments)
+
     functools.update_wrapper(checked_forward, forward)
+    functools.update_wrapper(checked_backward, backward)
     operator = kernel_operator(f"course_lib::{name}")(checked_forward)
-    backward_operator = kernel_operator(f"course_lib::{name}_backward")(backward)
+    backward_operator = kernel_operator(f"course_lib::{name}_backward")(checked_backward)
 
     def operator_gradients(ctx, grad, *_grads_of_state):  # the state outputs are never differentiated
         return gradients(ctx, backward_operator, grad)

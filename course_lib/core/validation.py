@@ -78,6 +78,20 @@ def check_same_device_and_dtype(op, **tensors):
             )
 
 
+def check_like(op, name, tensor, shape, like, *, dtype=None, contiguous=False):
+    """``tensor`` a dense tensor of ``shape`` on ``like``'s device, of ``dtype`` (by default
+    ``like``'s), ``contiguous`` where the kernels index it so: what a backward operator
+    checks of the tensors the forward saved, so that one called directly never reads
+    memory it was not given."""
+    dtype = like.dtype if dtype is None else dtype
+    check_tensor(op, name, tensor, dtypes=(dtype,), min_ndim=0)
+    check_same_device(op, **{"the input": like, name: tensor})
+    if tuple(tensor.shape) != tuple(shape):
+        raise ValueError(f"{op}: {name} must have shape {tuple(shape)}, got {tuple(tensor.shape)}")
+    if contiguous and not tensor.is_contiguous():
+        raise ValueError(f"{op}: {name} must be contiguous, as the forward wrote it; got strides {tensor.stride()}")
+
+
 def check_index_range(op, **sizes):
     """Sizes the kernels index with 32-bit integers must stay below 2**31."""
     for name, size in sizes.items():

@@ -90,7 +90,7 @@ from ..core.operator import kernel_op
 from ..core.plans import TunedOn, warps_for
 from ..core.runtime import ON_GPU, cdiv, is_traced, launch, multiprocessor_count, next_power_of_2
 from ..core.split_rows import gather, publish, slots_block
-from ..core.validation import check_index_range, check_same_device, check_tensor, on_device_of
+from ..core.validation import check_index_range, check_like, check_same_device, check_tensor, on_device_of
 
 LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
 
@@ -674,19 +674,24 @@ def _check_operator_inputs(s, mask, logk, logk_value, n_iters, eps, eps_init, ep
     op = "coor_descent"
     _check_inputs(op, s, n_iters, 1, eps, eps_init, eps_decay, mask, 1)
     rows = s.numel() // s.shape[-1]
-    if logk is not None:
-        check_tensor(op, "logk", logk, dtypes=(torch.float32,))
-        check_same_device(op, s=s, logk=logk)
-        if logk.shape != (rows,):
-            raise ValueError(f"{op}: logk must hold log k of each of the {rows} rows of s, shape ({rows},); "
-                             f"got {tuple(logk.shape)}")
+    if logk is not None:  # log k of each row of s
+        check_like(op, "logk", logk, (rows,), s, dtype=torch.float32, contiguous=True)
     elif not (isinstance(logk_value, numbers.Real) and -math.inf < logk_value <= math.log(s.shape[-1])):
         raise ValueError(f"{op}: logk_value must be log k with {_k_range(s.shape[-1])}, got {logk_value!r}")
 
 
+def _check_backward(s, mask, logk, logk_value, n_iters, eps, eps_init, eps_decay, a, row_max, dy):
+    op = "coor_descent_backward"
+    _check_operator_inputs(s, mask, logk, logk_value, n_iters, eps, eps_init, eps_decay)
+    rows = s.numel() // s.shape[-1]
+    check_like(op, "a", a, (rows, n_iters), s, dtype=torch.float64, contiguous=True)
+    check_like(op, "row_max", row_max, (rows,), s, dtype=torch.float32, contiguous=True)
+    check_like(op, "dy", dy, s.shape, s)
+
+
 COOR_DESCENT = kernel_op(
     "coor_descent", forward=_forward_op, backward=_backward_op, save=_save_for_backward, gradients=_gradients,
-    check=_check_operator_inputs, differentiable={"s": 0, "k": 2},
+    check=_check_operator_inputs, check_backward=_check_backward, differentiable={"s": 0, "k": 2},
 )
 
 

@@ -26,7 +26,7 @@ import triton.language as tl
 from ..core.operator import kernel_op
 from ..core.plans import LaunchPlan, TunedOn
 from ..core.runtime import ON_GPU, cdiv, launch, next_power_of_2
-from ..core.validation import check_index_range, check_same_device_and_dtype, check_tensor, on_device_of
+from ..core.validation import check_index_range, check_like, check_same_device_and_dtype, check_tensor, on_device_of
 
 LOG2E = tl.constexpr(1.4426950408889634)
 # Head sizes up to this are held in registers whole; larger heads take the
@@ -245,12 +245,20 @@ def _options(q, tiles):
     )
 
 
-def local_attention_forward(q, k, v, window, tiles=None):
-    """Launch the forward; return (out, lse): out (b, h, n, d) laid out heads-last, and
-    the float32 log-sum-exp of every query's scores, (b * h, n)."""
+def _effective_window(window, n):
+    """A window of n or more tokens is one window, plain causal attention: kernels see
+    at most n, so a window of any size (2**31 and beyond) compiles to one constexpr."""
+    return min(window, max(n, 1))
+
+
+def local_attention_forward(q, k, v, window, tiles=None, out=None):
+    """Launch the forward; return (out, lse): out (b, h, n, d) laid out heads-last (into
+    ``out``, such a tensor, where given), and the float32 log-sum-exp of every query's
+    scores, (b * h, n)."""
     b, h, n, d = q.shape
+    window = _effective_window(window, n)
     tiles = tiles or tiles_for(FORWARD_TILES, d)
-    out = _heads_last(q)
+    out = _heads_last(q) if out is None else out
     lse = torch.empty((b * h, n), device=q.device, dtype=torch.float32)
     if out.numel():
         with on_device_of(q):
@@ -264,6 +272,7 @@ def local_attention_forward(q, k, v, window, tiles=None):
 def local_attention_backward(grad_out, q, k, v, out, lse, window, q_tiles=None, kv_tiles=None):
     """Launch the backward; return (grad_q, grad_k, grad_v), each laid out heads-last."""
     b, h, n, d = q.shape
+    window = _effective_window(window, n)
     q_tiles = q_tiles or tiles_for(BACKWARD_Q_TILES, d)
     kv_tiles = kv_tiles or tiles_for(BACKWARD_KV_TILES, d)
     grad_q, grad_k, grad_v = _heads_last(q), _heads_last(k), _heads_last(v)
@@ -294,8 +303,10 @@ def local_attention_backward(grad_out, q, k, v, out, lse, window, q_tiles=None, 
 
 
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int) -> tuple[torch.Tensor, torch.Tensor]:
-    out, lse = local_attention_forward(q, k, v, window)
-    return out.transpose(1, 2).contiguous(), lse  # already contiguous: no copy
+    b, h, n, d = q.shape
+    out = torch.empty((b, n, h, d), device=q.device, dtype=q.dtype)  # a tensor of its own, not a view
+    _, lse = local_attention_forward(q, k, v, window, out=out.transpose(1, 2))
+    return out, lse
 
 
 def _backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
@@ -321,9 +332,19 @@ def _inference(q, k, v, window):
     return local_attention_forward(q, k, v, window)[0].transpose(1, 2)  # (b, n, h, d), no copy
 
 
+def _check_backward(grad_out, q, k, v, out, lse, window):
+    op = "local_attention_backward"
+    _check_inputs(op, q, k, v, window)
+    check_like(op, "grad_out", grad_out, q.shape, q)
+    check_like(op, "out", out, q.shape, q)
+    b, h, n, _ = q.shape
+    check_like(op, "lse", lse, (b * h, n), q, dtype=torch.float32, contiguous=True)
+
+
 LOCAL_ATTENTION = kernel_op(
     "local_attention", forward=_forward, backward=_backward, save=_save_for_backward, gradients=_gradients,
     check=lambda q, k, v, window: _check_inputs("local_causal_attention", q, k, v, window),
+    check_backward=_check_backward,
     differentiable={"q": 0, "k": 1, "v": 2}, inference=_inference, finish=lambda out: out.transpose(1, 2),
     error_name="local_causal_attention",
 )

@@ -25,7 +25,7 @@ import triton.language as tl
 from ..core.operator import kernel_op
 from ..core.plans import LaunchPlan, TunedOn, warps_for
 from ..core.runtime import cdiv, launch, multiprocessor_count, next_power_of_2
-from ..core.validation import INT32_LIMIT, check_index_range, check_tensor, on_device_of
+from ..core.validation import INT32_LIMIT, check_index_range, check_like, check_tensor, on_device_of
 
 # Causal loads fetch keys up to the diagonal rounded up to this many columns: a load
 # mask that is constant over aligned groups of 16 lets Triton issue 16-byte vector
@@ -462,9 +462,14 @@ def _check_operator_input(x, causal, diagonal):
     _check_input("causal_softmax" if causal is True else "softmax", x, causal, diagonal)
 
 
+def _check_backward(y, grad_y, causal, diagonal):
+    _check_input("softmax_backward", y, causal, diagonal)
+    check_like("softmax_backward", "grad_y", grad_y, y.shape, y)
+
+
 SOFTMAX = kernel_op(
     "softmax", forward=_forward, backward=_backward, save=_save_output, gradients=_gradients,
-    check=_check_operator_input, differentiable={"x": 0},
+    check=_check_operator_input, check_backward=_check_backward, differentiable={"x": 0},
 )
 
 

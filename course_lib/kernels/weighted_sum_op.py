@@ -14,6 +14,7 @@ from ..core.rows import as_rows, known_multiple_of, sum_partial_rows, vector_wid
 from ..core.runtime import cdiv, launch, multiprocessor_count, next_power_of_2
 from ..core.validation import (
     check_index_range,
+    check_like,
     check_same_device_and_dtype,
     check_tensor,
     on_device_of,
@@ -261,9 +262,15 @@ def _gradients(ctx, backward, grad_y):
     return backward(*ctx.saved_tensors, grad_y)
 
 
+def _check_backward(x, weight, grad_y):
+    _check_inputs("weighted_sum_backward", x, weight)
+    check_like("weighted_sum_backward", "grad_y", grad_y, x.shape[:-1], x)
+
+
 WEIGHTED_SUM = kernel_op(
     "weighted_sum", forward=_forward, backward=_backward, save=_save_inputs, gradients=_gradients,
-    check=lambda x, weight: _check_inputs("weighted_sum", x, weight), differentiable={"x": 0, "weight": 1},
+    check=lambda x, weight: _check_inputs("weighted_sum", x, weight), check_backward=_check_backward,
+    differentiable={"x": 0, "weight": 1},
 )
 
 

@@ -40,6 +40,17 @@ class RecallTask(NamedTuple):
         return self.n_noise + self.n_keys + self.n_values
 
 
+def _check_task(op, task):
+    """Each size of ``task`` a positive int: a task of no pairs, keys, values or noise has
+    nothing to recall or nothing to hide the pairs in."""
+    for name in RecallTask._fields:
+        value = getattr(task, name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{op}: RecallTask.{name} must be an int, got {type(value).__name__}")
+        if value < 1:
+            raise ValueError(f"{op}: RecallTask.{name} must be at least 1, got {value}")
+
+
 def recall_batch(task, batch, generator, device="cpu"):
     """(tokens, targets), both (batch, seq_len) int64.
 
@@ -48,11 +59,12 @@ def recall_batch(task, batch, generator, device="cpu"):
     value. targets holds the value at each repeated key's position (the next token to
     predict) and IGNORE everywhere else.
     """
+    _check_task("recall_batch", task)
     n_noise, n_keys, n_pairs, seq_len = task.n_noise, task.n_keys, task.n_pairs, task.seq_len
     body = seq_len - 2 * n_pairs
     if body < 2 * n_pairs or n_pairs > n_keys:
         raise ValueError(f"recall_batch: seq_len {seq_len} too short or n_keys {n_keys} too few "
-                         f"for {n_pairs} pairs")
+                         f"for {n_pairs} pairs: it needs seq_len >= 4 * n_pairs and n_keys >= n_pairs")
     tokens = torch.randint(0, n_noise, (batch, seq_len), generator=generator)
     targets = torch.full((batch, seq_len), IGNORE)
     rows = torch.arange(batch)[:, None]

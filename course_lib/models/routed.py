@@ -160,7 +160,14 @@ def top_k_routing(s, num_tokens, mask=None, *, n_iters=20, fetch_k_ratio=9 / 8, 
     n = s.shape[-1]
     weights = ops.coor_descent(s, n_iters=n_iters, k=min(num_tokens * fetch_k_ratio, n), eps=eps,
                                eps_init=eps_init, eps_decay=eps_decay, mask=mask)
-    weights, indices = weights.topk(num_tokens, dim=-1)
+    # Chosen by score, not by weight. Within a row the weight exp(min(s + a, 0) / eps) never
+    # falls as the score rises, so the largest scores are the largest weights; but weights
+    # of real tokens underflow to exactly 0 in float32 while their scores still differ, and
+    # a tie at 0 with the padding's zeros let topk route a padded token over a real one,
+    # and route differently in float32 and float64. Padding scores -inf: it comes last.
+    by_score = s.float() if mask is None else s.float().masked_fill(~mask, float("-inf"))
+    indices = by_score.topk(num_tokens, dim=-1).indices
+    weights = weights.gather(1, indices)
     routed_mask = None if mask is None else mask.gather(1, indices)
     if straight_through:
         weights = weights + (1.0 - weights).detach()
@@ -181,7 +188,9 @@ class CoordinateDescentRouter(nn.Module):
         op = "CoordinateDescentRouter"
         _check_positive_int(op, "dim", dim)
         _check_positive_int(op, "n_iters", n_iters)
-        if fetch_k_ratio < 1:
+        if isinstance(fetch_k_ratio, bool) or not isinstance(fetch_k_ratio, (int, float)):
+            raise TypeError(f"{op}: fetch_k_ratio must be a number of at least 1, got {fetch_k_ratio!r}")
+        if not fetch_k_ratio >= 1:  # NaN too
             raise ValueError(f"{op}: fetch_k_ratio must be at least 1, got {fetch_k_ratio}")
         self.n_iters, self.fetch_k_ratio = n_iters, fetch_k_ratio
         self.eps, self.eps_init, self.eps_decay = eps, eps_init, eps_decay
@@ -261,8 +270,8 @@ class RoutedFeedForward(nn.Module):
 
 def split_heads(t, heads):
     """(b, n, h * d) -> (b, h, n, d)."""
-    b, n, _ = t.shape
-    return t.reshape(b, n, heads, -1).transpose(1, 2)
+    b, n, width = t.shape
+    return t.reshape(b, n, heads, width // heads).transpose(1, 2)  # not -1: b or n may be 0
 
 
 def merge_heads(t):

@@ -168,3 +168,29 @@ def test_operators_pass_opcheck():
     grad_out = torch.randn_like(out)
     torch.library.opcheck(torch.ops.course_lib.local_attention_backward.default,
                           (grad_out.transpose(1, 2), q.detach(), k.detach(), v.detach(), out.transpose(1, 2), lse, 8))
+
+
+def test_a_window_of_any_size_is_plain_causal_attention():
+    """Windows of n tokens or more (2**31 and beyond) are one window: computed as causal
+    attention over the whole sequence, not passed to Triton as a constexpr too large."""
+    q, k, v = (torch.randn(1, 2, 10, 16, device=DEVICE) for _ in range(3))
+    expected = local_causal_attention(q, k, v, 10)
+    for window in (11, 2**31, 2**40):
+        torch.testing.assert_close(local_causal_attention(q, k, v, window), expected, rtol=0, atol=0)
+
+
+def test_the_output_is_a_tensor_of_its_own():
+    """Not a view made inside the autograd.Function: without a gradient a caller may
+    modify it in place; with one, autograd names the in-place change of a saved tensor."""
+    q, k, v = (torch.randn(1, 2, 10, 16, device=DEVICE) for _ in range(3))
+    out = local_causal_attention(q, k, v, 4)
+    out += 1.0
+    q.requires_grad_()
+    out = local_causal_attention(q, k, v, 4)
+    residual = out + 1.0  # the out-of-place form trains
+    residual.sum().backward()
+    assert q.grad is not None
+    out = local_causal_attention(q, k, v, 4)
+    out += 1.0
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()

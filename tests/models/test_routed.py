@@ -40,7 +40,9 @@ def assert_same_grads(got, expected):
         torch.testing.assert_close(g, e.reshape(g.shape), **FLOAT32)
 
 
-@pytest.mark.parametrize("batch, seq_len, dim, k, n_padded", [(2, 24, 16, 5, 4), (3, 17, 8, 16, 0)])
+# k * fetch_k_ratio below seq_len: where it reaches it every weight is 1, all tie, and the
+# package's topk picks any k while ours takes the k highest scores.
+@pytest.mark.parametrize("batch, seq_len, dim, k, n_padded", [(2, 24, 16, 5, 4), (3, 17, 8, 12, 0)])
 def test_router_picks_what_colt5_picks(batch, seq_len, dim, k, n_padded):
     ours = routed.CoordinateDescentRouter(dim).to(DEVICE)
     theirs = Colt5Router(dim).to(DEVICE)
@@ -48,6 +50,12 @@ def test_router_picks_what_colt5_picks(batch, seq_len, dim, k, n_padded):
     x = torch.randn(batch, seq_len, dim, device=DEVICE, requires_grad=True)
     mask = padding_mask(batch, seq_len, n_padded)
     got, expected = ours(x, num_tokens=k, mask=mask), theirs(x, num_tokens=k, mask=mask)
+    # The same tokens. Ours come in score order and the package's in weight order, which
+    # ties where weights reach 1 (or underflow to 0): compare them in sequence order.
+    got = routed.in_sequence_order(got)
+    order = expected.indices.argsort(dim=-1)
+    expected = type(expected)(*(t if t is None else t.gather(1, order) if t.dim() == 2 else
+                                t.gather(1, order[..., None].expand(-1, -1, t.shape[-1])) for t in expected))
     assert torch.equal(got.indices, expected.indices)
     assert torch.equal(got.mask, expected.routed_mask)
     torch.testing.assert_close(got.scores, expected.scores, **FLOAT32)
@@ -225,6 +233,10 @@ def test_routed_query_never_sees_a_later_token():
     (lambda b, x, m: b.attn.light_attn(x[..., :8]), ValueError, r"LocalCausalAttention: x must have shape"),
     (lambda b, x, m: b.attn.light_attn(x, m[:1]), ValueError, r"LocalCausalAttention: mask must have shape"),
     (lambda b, x, m: b.ff(x.double()), TypeError, r"x has dtype torch.float64"),
+    (lambda b, x, m: routed.CoordinateDescentRouter(16, fetch_k_ratio=None), TypeError,
+     r"fetch_k_ratio must be a number of at least 1, got None"),
+    (lambda b, x, m: routed.CoordinateDescentRouter(16, fetch_k_ratio=0.5), ValueError,
+     r"fetch_k_ratio must be at least 1, got 0.5"),
 ])
 def test_bad_input_names_the_argument(call, error, match):
     block, _ = make_blocks(torch.float32)
@@ -308,3 +320,35 @@ def test_the_package_routes_as_many_queries_a_window_as_asked():
     for impl in ("course_lib", "reference"):
         with pytest.raises(ValueError, match="colt5_queries_per_window is colt5_attention's setting"):
             routed_block(impl, 16, colt5_queries_per_window=2, **sizes)
+
+
+@pytest.mark.parametrize("scale", [1.0, 30.0])
+def test_router_routes_real_tokens_first_and_alike_in_every_dtype(scale):
+    """Scores in the tens (a wide model's routing token starts as randn(dim)) leave many
+    real tokens' float32 weights at exactly 0 after 20 iterations at eps = 0.03, tied with
+    the padding's zeros: selection must still take every real token before any padded
+    one, and float32 and float64 must route the same tokens."""
+    generator = torch.Generator().manual_seed(7)
+    batch, seq_len, k = 4, 64, 24
+    s = torch.randn(batch, seq_len, dtype=torch.float64, generator=generator) * scale
+    mask = torch.ones(batch, seq_len, dtype=torch.bool)
+    mask[:, seq_len - 30:] = False  # 34 real tokens, more than k
+    mask[-1, 10:] = False  # 10 real tokens, fewer than k: all of them, then padding
+    routed32 = routed.top_k_routing(s.float().to(DEVICE), k, mask.to(DEVICE))
+    routed64 = routed.top_k_routing(s, k, mask, ops=routed.REFERENCE_OPS)
+    for indices, weights, routed_mask in (routed32, routed64):
+        real = routed_mask.cpu()
+        assert real[:-1].all(), "a padded token was routed while real tokens remained"
+        assert real[-1].sum() == 10 and real[-1, :10].all()  # every real token first
+        assert (weights.cpu()[~real] == 0).all()
+    for row in range(batch - 1):
+        assert set(routed32[0][row].tolist()) == set(routed64[0][row].tolist())
+    assert set(routed32[0][-1, :10].tolist()) == set(range(10))
+
+
+def test_block_on_an_empty_batch_returns_an_empty_batch():
+    block, _ = make_blocks(torch.float32)
+    x = torch.randn(0, 20, 16, device=DEVICE, requires_grad=True)
+    y = block(x)
+    y.sum().backward()
+    assert y.shape == x.shape and x.grad.shape == x.shape

@@ -40,7 +40,8 @@ from .wide import backward_split_rows, backward_two_stages, can_split_rows, laye
 from ...core.operator import kernel_op
 from ...core.rows import as_rows, known_multiple_of, sum_partial_rows, width_hint
 from ...core.runtime import cdiv, launch, multiprocessor_count
-from ...core.validation import (INT32_LIMIT, check_index_range, check_same_device, check_tensor, first_order_only,
+from ...core.validation import (INT32_LIMIT, check_index_range, check_like, check_same_device, check_tensor,
+                                first_order_only,
                                 on_device_of)
 
 # ---------------------------------------------------------------------------- kernels
@@ -288,9 +289,21 @@ def _inference(x, gamma, beta, eps):
     return layernorm_forward(x, gamma, beta, eps, save_stats=False)[0]  # inference saves no statistics
 
 
+def _check_backward(grad_y, x, gamma, has_beta, mean, rstd, param_dtype):
+    op = "layernorm_backward"
+    _check_inputs(op, x, gamma, None, 0.0, any_float_params=True)
+    check_like(op, "grad_y", grad_y, x.shape, x)
+    rows = x.numel() // x.shape[-1]
+    check_like(op, "mean", mean, (rows,), x, dtype=torch.float32, contiguous=True)
+    check_like(op, "rstd", rstd, (rows,), x, dtype=torch.float32, contiguous=True)
+    if param_dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(f"{op}: param_dtype must be float32, float16 or bfloat16, got {param_dtype}")
+
+
 LAYERNORM = kernel_op(
     "layernorm", forward=_forward, backward=_backward, save=_save_for_backward, gradients=_gradients,
     check=lambda x, gamma, beta, eps: _check_inputs("layernorm", x, gamma, beta, eps, any_float_params=True),
+    check_backward=_check_backward,
     differentiable={"x": 0, "gamma": 1, "beta": 2}, inference=_inference, function_name="LayerNormFunction",
 )
 layernorm_op = LAYERNORM.operator  # the forward operator, which the stable option below calls

@@ -1,0 +1,86 @@
+"""One way to make an operator (course_lib/core/operator.py): every kernel's operators,
+called directly as public API, check their inputs as the Python functions do, and the
+backward each kernel states once serves eager autograd and torch.compile alike."""
+
+import pytest
+import torch
+
+from course_lib.core.operator import KernelOp
+from course_lib.core.runtime import DEVICE
+from course_lib.registry import KERNELS
+
+ops = torch.ops.course_lib
+
+
+def randn(*shape, dtype=torch.float32):
+    return torch.randn(*shape, device=DEVICE, dtype=dtype)
+
+
+def test_every_kernel_module_makes_its_operators_with_kernel_op():
+    for kernel in KERNELS:
+        if not kernel.module.startswith("kernels."):
+            continue
+        module = kernel.load()
+        found = [value for value in vars(module).values() if isinstance(value, KernelOp)]
+        if not found:  # LayerNorm's lives in its subpackage's tiled module
+            found = [value for value in vars(module.tiled).values() if isinstance(value, KernelOp)]
+        assert len(found) == 1, kernel.name
+
+
+BAD_CALLS = [
+    # forward operators
+    (lambda: ops.weighted_sum(randn(3, 5), randn(4)), ValueError, r"weighted_sum: weight must have shape \(D,\)"),
+    (lambda: ops.softmax(torch.ones(3, 4, dtype=torch.int32, device=DEVICE), False, 0), TypeError,
+     r"softmax: x has dtype torch.int32"),
+    (lambda: ops.softmax(randn(3, 4), True, 0.5), RuntimeError, r"type 'int' for argument 'diagonal'"),
+    (lambda: ops.layernorm(randn(3, 5), randn(4), None, 1e-5), ValueError, r"layernorm: gamma must have shape"),
+    (lambda: ops.layernorm(randn(3, 5), None, None, -1.0), ValueError, r"eps must be a non-negative number"),
+    (lambda: ops.coor_descent(randn(3, 5), None, None, 0.5, 0, 0.1, None, 1.0), ValueError,
+     r"coor_descent: n_iters must be at least 1"),
+    (lambda: ops.coor_descent(randn(3, 5), None, randn(2), 0.0, 5, 0.1, None, 1.0), ValueError,
+     r"coor_descent: logk must have shape \(3,\)"),
+    (lambda: ops.coor_descent(randn(3, 5), None, None, 3.0, 5, 0.1, None, 1.0), ValueError,
+     r"logk_value must be log k with 0 < k"),
+    (lambda: ops.local_attention(randn(1, 2, 8, 16), randn(1, 2, 8, 16), randn(1, 2, 8, 16), 0), ValueError,
+     r"window must be at least 1"),
+    (lambda: ops.local_attention(randn(1, 2, 8, 16), randn(1, 2, 4, 16), randn(1, 2, 8, 16), 4), ValueError,
+     r"q, k and v must have one shape"),
+    # backward operators: what the forward saved, checked before any kernel reads it
+    (lambda: ops.weighted_sum_backward(randn(3, 5), randn(5), randn(2)), ValueError,
+     r"weighted_sum_backward: grad_y must have shape \(3,\)"),
+    (lambda: ops.softmax_backward(randn(3, 4), randn(3, 5), False, 0), ValueError,
+     r"softmax_backward: grad_y must have shape \(3, 4\)"),
+    (lambda: ops.layernorm_backward(randn(3, 5), randn(3, 5), None, False, randn(2), randn(3), torch.float32),
+     ValueError, r"layernorm_backward: mean must have shape \(3,\)"),
+    (lambda: ops.layernorm_backward(randn(3, 5), randn(3, 5), None, False, randn(6)[::2], randn(3), torch.float32),
+     ValueError, r"mean must be contiguous"),
+    (lambda: ops.coor_descent_backward(randn(3, 5), None, None, 0.5, 4, 0.1, None, 1.0,
+                                       randn(3, 2, dtype=torch.float64), randn(3), randn(3, 5)),
+     ValueError, r"coor_descent_backward: a must have shape \(3, 4\)"),
+    (lambda: ops.local_attention_backward(randn(1, 2, 8, 16), randn(1, 2, 8, 16), randn(1, 2, 8, 16),
+                                          randn(1, 2, 8, 16), randn(1, 2, 8, 16), randn(2, 7), 4),
+     ValueError, r"local_attention_backward: lse must have shape \(2, 8\)"),
+]
+
+
+@pytest.mark.parametrize("call, error, match", BAD_CALLS, ids=lambda v: getattr(v, "pattern", None) or "")
+def test_operators_called_directly_refuse_bad_input(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_operators_called_directly_compute_what_the_functions_do():
+    import course_lib
+
+    x, w = randn(6, 9), randn(9)
+    torch.testing.assert_close(ops.weighted_sum(x, w), course_lib.weighted_sum(x, w))
+    torch.testing.assert_close(ops.softmax(x, True, 3), course_lib.causal_softmax(x, diagonal=3))
+    y, mean, rstd = ops.layernorm(x, w, None, 1e-5)
+    torch.testing.assert_close(y, course_lib.layernorm(x, w))
+    grad_y = randn(6, 9)
+    grad_x, grad_gamma, grad_beta = ops.layernorm_backward(grad_y, x, w, False, mean, rstd, torch.float32)
+    x_leaf, w_leaf = x.clone().requires_grad_(), w.clone().requires_grad_()
+    expected = torch.autograd.grad(course_lib.layernorm(x_leaf, w_leaf), (x_leaf, w_leaf), grad_y)
+    torch.testing.assert_close(grad_x, expected[0])
+    torch.testing.assert_close(grad_gamma, expected[1])
+    assert grad_beta.numel() == 0  # no beta: an empty tensor, as the schema returns tensors only
