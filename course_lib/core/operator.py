@@ -104,11 +104,16 @@ def kernel_op(name, *, forward, backward, save, gradients, check, check_backward
 
     operator.register_autograd(operator_gradients, setup_context=save)
 
+    positions = tuple(differentiable.values())
+
     class Function(torch.autograd.Function):
         @staticmethod
         def forward(ctx, *inputs):
             output = forward(*inputs)
             save(ctx, inputs, output)
+            # For first_order_only: a gradient of a gradient toward any of them must raise.
+            ctx.inputs_needing_grad = tuple(inputs[i] for i in positions if isinstance(inputs[i], torch.Tensor)
+                                            and inputs[i].requires_grad)
             return _first(output)
 
         @staticmethod

@@ -83,8 +83,8 @@ def check_like(op, name, tensor, shape, like, *, dtype=None, contiguous=False):
     ``like``'s), ``contiguous`` where the kernels index it so: what a backward operator
     checks of the tensors the forward saved, so that one called directly never reads
     memory it was not given."""
-    dtype = like.dtype if dtype is None else dtype
-    check_tensor(op, name, tensor, dtypes=(dtype,), min_ndim=0)
+    dtypes = (like.dtype,) if dtype is None else dtype if isinstance(dtype, tuple) else (dtype,)
+    check_tensor(op, name, tensor, dtypes=dtypes, min_ndim=0)
     check_same_device(op, **{"the input": like, name: tensor})
     if tuple(tensor.shape) != tuple(shape):
         raise ValueError(f"{op}: {name} must have shape {tuple(shape)}, got {tuple(tensor.shape)}")
@@ -139,8 +139,13 @@ def first_order_only(op):
             with torch.no_grad():
                 grads = backward(ctx, *grad_outputs)
             tensors = [g for g in grads if isinstance(g, torch.Tensor)]
-            failing = torch._C._functions.DelayedError(message, len(tensors))(
-                *(g.detach().requires_grad_() for g in tensors)
+            # The error node also takes the saved tensors that lead back to the inputs, so
+            # that a gradient of these gradients toward a chosen input (autograd.grad(g, x))
+            # reaches it and raises, rather than finding x unused and returning None.
+            anchors = [t for t in (*ctx.saved_tensors, *getattr(ctx, "inputs_needing_grad", ()))
+                       if isinstance(t, torch.Tensor) and t.requires_grad]
+            failing = torch._C._functions.DelayedError(message, len(tensors) + len(anchors))(
+                *(g.detach().requires_grad_() for g in tensors), *anchors
             )
             failing = iter(failing if isinstance(failing, tuple) else (failing,))
             return tuple(next(failing) if isinstance(g, torch.Tensor) else g for g in grads)

@@ -5,7 +5,8 @@ import pytest
 import torch
 from torch.autograd import forward_ad
 
-from course_lib import LayerNorm, causal_softmax, coor_descent, layernorm, softmax, weighted_sum
+from course_lib import (LayerNorm, causal_softmax, coor_descent, layernorm, local_causal_attention, softmax,
+                        weighted_sum)
 from course_lib.core.runtime import DEVICE, ON_GPU
 
 
@@ -112,6 +113,26 @@ def test_second_order_gradients_raise_instead_of_being_detached(op, fn, make, co
     backward_of = {"causal_softmax": "softmax", "LayerNorm": "layernorm"}.get(op, op)
     with pytest.raises(RuntimeError, match=f"{backward_of}: second-order gradients are not supported"):
         (y.float().sum() + penalty).backward()
+
+
+def _local_attention(q, k, v):
+    return local_causal_attention(q, k, v, 3)
+
+
+@pytest.mark.parametrize("op, fn, make", CASES + [
+    ("local_causal_attention", _local_attention, lambda: {name: torch.randn(1, 2, 7, 8) for name in "qkv"}),
+], ids=IDS + ["local_causal_attention"])
+def test_a_gradient_of_a_gradient_toward_each_input_raises_naming_the_function(op, fn, make):
+    """autograd.grad of a first gradient toward one chosen input: an error naming the
+    function, never None (allow_unused) or an error that names nothing."""
+    inputs = inputs_of(make)
+    leaves = [t.requires_grad_() for t in differentiable(inputs)]
+    y = fn(**inputs)
+    first = torch.autograd.grad(y, leaves[0], torch.randn_like(y), create_graph=True)[0]
+    backward_of = {"causal_softmax": "softmax", "LayerNorm": "layernorm"}.get(op, op)
+    for leaf in leaves:
+        with pytest.raises(RuntimeError, match=f"{backward_of}: second-order gradients are not supported"):
+            torch.autograd.grad((first.float() ** 2).sum(), leaf, allow_unused=True)
 
 
 @pytest.mark.parametrize("op, fn, make", CASES[:4], ids=IDS[:4])

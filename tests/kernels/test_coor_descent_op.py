@@ -542,3 +542,12 @@ def test_operators_pass_opcheck(masked):
     _, a, row_max = ops.coor_descent(s.detach(), mask, None, 1.0, *settings)
     torch.library.opcheck(ops.coor_descent_backward.default,
                           (s.detach(), mask, None, 1.0, *settings, a, row_max, torch.randn_like(s.detach())))
+
+
+def test_a_nan_score_makes_its_row_nan_as_the_reference_does():
+    s = torch.randn(3, 9, device=DEVICE)
+    s[1, 4] = float("nan")
+    got = coor_descent(s, n_iters=5, k=3.0)
+    expected = references.coor_descent(s.double(), n_iters=5, k=3.0)
+    assert got[1].isnan().all() and expected[1].isnan().all()
+    assert not got[[0, 2]].isnan().any()

@@ -610,3 +610,11 @@ def test_operators_pass_opcheck(dtype, param_dtype, parameters):
         _, mean, rstd = ops.layernorm(x, gamma, beta, 1e-5)
     torch.library.opcheck(ops.layernorm_backward.default, (torch.randn_like(x), x, gamma, beta is not None, mean,
                                                            rstd, param_dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_row_of_one_value_normalises_to_exactly_beta(dtype):
+    """x - mean is exactly 0 in a row of one: y is beta, with no noise of eps's size."""
+    x = (torch.randn(9, 1, device=DEVICE) * 100).to(dtype)
+    gamma, beta = torch.randn(1, device=DEVICE, dtype=dtype), torch.randn(1, device=DEVICE, dtype=dtype)
+    assert torch.equal(layernorm(x, gamma, beta), beta.expand(9, 1))

@@ -200,3 +200,10 @@ def test_operators_pass_opcheck():
     torch.library.opcheck(torch.ops.course_lib.weighted_sum.default, (x, weight))
     torch.library.opcheck(torch.ops.course_lib.weighted_sum_backward.default,
                           (x.detach(), weight.detach(), torch.randn(5, device=DEVICE)))
+
+
+def test_an_infinity_times_a_zero_weight_is_nan_as_in_torch():
+    x = torch.tensor([[float("inf"), 1.0], [2.0, 3.0], [float("-inf"), 0.0]], device=DEVICE)
+    weight = torch.tensor([0.0, 1.0], device=DEVICE)
+    got = weighted_sum(x, weight)
+    assert got[0].isnan() and got[2].isnan() and got[1] == 3.0

@@ -40,9 +40,8 @@ from .wide import backward_split_rows, backward_two_stages, can_split_rows, laye
 from ...core.operator import kernel_op
 from ...core.rows import as_rows, known_multiple_of, sum_partial_rows, width_hint
 from ...core.runtime import cdiv, launch, multiprocessor_count
-from ...core.validation import (INT32_LIMIT, check_index_range, check_like, check_same_device, check_tensor,
-                                first_order_only,
-                                on_device_of)
+from ...core.validation import (FLOAT_DTYPES, INT32_LIMIT, check_index_range, check_like, check_same_device,
+                                check_tensor, first_order_only, on_device_of)
 
 # ---------------------------------------------------------------------------- kernels
 
@@ -292,7 +291,7 @@ def _inference(x, gamma, beta, eps):
 def _check_backward(grad_y, x, gamma, has_beta, mean, rstd, param_dtype):
     op = "layernorm_backward"
     _check_inputs(op, x, gamma, None, 0.0, any_float_params=True)
-    check_like(op, "grad_y", grad_y, x.shape, x)
+    check_like(op, "grad_y", grad_y, x.shape, x, dtype=FLOAT_DTYPES)  # the stable option's x is float32
     rows = x.numel() // x.shape[-1]
     check_like(op, "mean", mean, (rows,), x, dtype=torch.float32, contiguous=True)
     check_like(op, "rstd", rstd, (rows,), x, dtype=torch.float32, contiguous=True)
