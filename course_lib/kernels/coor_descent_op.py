@@ -168,6 +168,15 @@ def next_a(total, row_max, a, eps, logk, first):
     return tl.where(nothing, 0.0, eps * logk - lse)
 
 
+@triton.jit
+def max_or_nan(s):
+    """The largest score of a tile, NaN if the tile holds a NaN. A GPU's max and min skip
+    a NaN, so a row with one would come out finite; the reference gives NaN, and so do the
+    kernels: a NaN row max makes the whole row NaN at the end."""
+    has_nan = tl.max((s != s).to(tl.int32), axis=0) > 0
+    return tl.where(has_nan, float("nan"), tl.max(s, axis=0))
+
+
 @triton.jit(do_not_specialize=["n_iters", "first_step", "last_step"])
 def coor_descent_forward_kernel(
     s_ptr, mask_ptr, logk_ptr, eps_ptr, a_ptr, row_max_ptr, y_ptr, slots_ptr,
@@ -201,7 +210,7 @@ def coor_descent_forward_kernel(
             logk = logk_value
         row64 = tl.cast(row, tl.int64)
         a_row = a_ptr + row64 * n_iters
-        row_max = tl.max(s, axis=0)
+        row_max = max_or_nan(s)
         a = tl.full((), 0.0, tl.float64)
         if first_step >= 2:
             row_max = tl.load(row_max_ptr + row)
@@ -214,7 +223,9 @@ def coor_descent_forward_kernel(
                 if SPLIT:
                     slots = slots_ptr + (row64 * 2 + phase % 2) * n_tiles
                     total, _, largest = gather(slots, phase + 1, n_tiles, 1, TILES_BLOCK)
-                    total = tl.where(phase == 0, largest, total)  # the row max, or iteration phase - 2's sum
+                    # The row max (NaN when a tile's is: the sum keeps a NaN, the max skips it),
+                    # or iteration phase - 2's sum.
+                    total = tl.where(phase == 0, tl.where(total != total, total, largest), total)
                 else:
                     total = part
                 if phase == 0:
@@ -230,6 +241,7 @@ def coor_descent_forward_kernel(
         if last_step == n_iters + 2:
             scale = (1.0 / tl.load(eps_ptr + n_iters) * LOG2E).to(tl.float32)
             y = tl.exp2(tl.minimum(_shifted_scores(s, a), 0.0) * scale)
+            y = tl.where(row_max != row_max, float("nan"), y)  # a row with a NaN score (max_or_nan)
             tl.store(y_ptr + row64 * stride_y_row + cols, y.to(y_ptr.dtype.element_ty), mask=cols < n_cols)
 
 
