@@ -141,12 +141,21 @@ def _shifted_scores(s, a):
 
 
 @triton.jit
+def max_or_nan(s):
+    """The largest score of a tile, NaN if the tile holds a NaN. A GPU's max and min skip
+    a NaN, so a row with one would come out finite; the reference gives NaN, and so do the
+    kernels: a NaN row max makes the whole row NaN at the end."""
+    has_nan = tl.max((s != s).to(tl.int32), axis=0) > 0
+    return tl.where(has_nan, float("nan"), tl.max(s, axis=0))
+
+
+@triton.jit
 def tile_part(s, row_max, a, eps_ptr, phase):
     """This tile's part of a phase's row reduction. Phase 0: the max. Phase 1
     (iteration 0, where s + b = 0): the count of unmasked columns. Phase t + 1: the sum
     of exp((min(s, -a_t) - f) / eps_t), f from exponent_frame."""
     if phase == 0:
-        part = tl.max(s, axis=0)
+        part = max_or_nan(s)
     elif phase == 1:
         part = tl.sum((s != no_score()).to(tl.float32), axis=0)
     else:
@@ -166,15 +175,6 @@ def next_a(total, row_max, a, eps, logk, first):
         lse += f
     # Nothing unmasked: a = 0 keeps the row finite; its y is 0 anyway.
     return tl.where(nothing, 0.0, eps * logk - lse)
-
-
-@triton.jit
-def max_or_nan(s):
-    """The largest score of a tile, NaN if the tile holds a NaN. A GPU's max and min skip
-    a NaN, so a row with one would come out finite; the reference gives NaN, and so do the
-    kernels: a NaN row max makes the whole row NaN at the end."""
-    has_nan = tl.max((s != s).to(tl.int32), axis=0) > 0
-    return tl.where(has_nan, float("nan"), tl.max(s, axis=0))
 
 
 @triton.jit(do_not_specialize=["n_iters", "first_step", "last_step"])
