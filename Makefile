@@ -9,8 +9,13 @@ FLOOR_VENV := .venv-floor
 SUBMISSIONS ?= submissions
 # The seed of the checkers' hidden inputs when grading; empty: a new one, printed.
 SEED ?=
+# Grading's time limits in seconds: a cell, and a whole returned notebook; empty: the defaults
+# (python -m course_lib.teaching.instructor grade --help says them).
+CELL_TIMEOUT ?=
+NOTEBOOK_TIMEOUT ?=
 NOTEBOOKS := $(wildcard notebooks/*.ipynb)
-PYTEST := -p no:cacheprovider
+# -rs: every skipped test says why (no GPU, no browser, ...).
+PYTEST := -p no:cacheprovider -rs
 # The suites run on every core (pytest-xdist), a whole file to a worker: a notebook's cells share one kernel.
 PARALLEL := -n auto --dist loadfile
 PYTEST_NBVAL := --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg --nbval-cell-timeout 600
@@ -72,7 +77,7 @@ book: $(BIN)/.installed
 
 # LAB_ARGS passes options on, e.g. make lab LAB_ARGS="--no-browser --port 8890".
 lab: $(BIN)/.installed
-	$(BIN)/jupyter lab notebooks $(LAB_ARGS)
+	$(BIN)/jupyter lab notebooks $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 # make set-repository URL=https://github.com/OWNER/NAME: the one place (_config.yml) and every
 # install line (notebooks' first cells, README.md, book/setup.md) at once.
@@ -84,7 +89,9 @@ student: $(BIN)/.installed
 
 grade: $(BIN)/.installed
 	mkdir -p graded
-	$(BIN)/python -m course_lib.teaching.instructor grade $(SUBMISSIONS) --release notebooks --out graded/scores.csv $(if $(SEED),--seed $(SEED))
+	$(BIN)/python -m course_lib.teaching.instructor grade $(SUBMISSIONS) --release notebooks --out graded/scores.csv \
+		$(if $(SEED),--seed $(SEED)) $(if $(CELL_TIMEOUT),--timeout $(CELL_TIMEOUT)) \
+		$(if $(NOTEBOOK_TIMEOUT),--notebook-timeout $(NOTEBOOK_TIMEOUT))
 
 benchmarks: $(BIN)/.installed
 	$(BIN)/python -m benchmarks
