@@ -34,7 +34,6 @@ import functools
 from typing import Callable, NamedTuple
 
 import torch
-from torch.autograd import forward_ad
 
 from .runtime import kernel_operator
 from .validation import first_order_only, wants_gradient
@@ -62,16 +61,8 @@ class KernelOp(NamedTuple):
         are the caller's names for errors."""
         if torch.compiler.is_compiling():
             return self.finish(_first(self.operator(*inputs)))
-        # wants_gradient, without building its keyword arguments on every eager call
-        # unless a forward-mode tangent may be there to refuse.
-        if getattr(forward_ad, "_current_level", 0) >= 0:
-            names = input_names or self.differentiable
-            wanted = wants_gradient(error_name or self.error_name,
-                                    **{name: inputs[i] for name, i in zip(names, self.differentiable.values())})
-        else:
-            wanted = torch.is_grad_enabled() and any(
-                isinstance(inputs[i], torch.Tensor) and inputs[i].requires_grad for i in self.differentiable.values())
-        if wanted:
+        tensors = [inputs[i] for i in self.differentiable.values()]
+        if wants_gradient(error_name or self.error_name, input_names or self.differentiable, tensors):
             return self.finish(self.Function.apply(*inputs))
         return self.finish(self.inference(*inputs))
 
@@ -111,9 +102,12 @@ def kernel_op(name, *, forward, backward, save, gradients, check, check_backward
         def forward(ctx, *inputs):
             output = forward(*inputs)
             save(ctx, inputs, output)
-            # For first_order_only: a gradient of a gradient toward any of them must raise.
-            ctx.inputs_needing_grad = tuple(inputs[i] for i in positions if isinstance(inputs[i], torch.Tensor)
-                                            and inputs[i].requires_grad)
+            # For first_order_only, whose error a gradient of a gradient toward any input must
+            # reach. Leaves only: autograd holds them anyway. An input computed by earlier
+            # operations is saved or reached through the saved output; held here, it would
+            # keep an activation (softmax's scores) alive until the backward.
+            ctx.leaves_needing_grad = tuple(t for t in (inputs[i] for i in positions)
+                                            if isinstance(t, torch.Tensor) and t.requires_grad and t.is_leaf)
             return _first(output)
 
         @staticmethod

@@ -99,22 +99,22 @@ def check_index_range(op, **sizes):
             raise ValueError(f"{op}: {name} = {size} is too large; at most {INT32_LIMIT} is supported")
 
 
-def wants_gradient(op, **inputs):
-    """Whether autograd records this call: grad mode is on and a tensor among ``inputs``
-    requires a gradient. When it does not, the public functions call their forward
+def wants_gradient(op, names, tensors):
+    """Whether autograd records this call: grad mode is on and one of ``tensors`` (called
+    ``names`` in errors) requires a gradient. When it does not, the public functions call their forward
     launchers directly and skip the autograd.Function's bookkeeping, tens of
     microseconds of host time a call.
 
     Forward-mode AD is refused here, before that shortcut could drop a tangent: the
     kernels compute values and reverse-mode gradients only."""
     if getattr(forward_ad, "_current_level", 0) >= 0:  # -1 outside every forward_ad.dual_level()
-        for name, tensor in inputs.items():
+        for name, tensor in zip(names, tensors):
             if isinstance(tensor, torch.Tensor) and forward_ad.unpack_dual(tensor).tangent is not None:
                 raise NotImplementedError(
                     f"{op}: {name} carries a forward-mode tangent (torch.autograd.forward_ad), and "
                     "course_lib's kernels support reverse-mode gradients only (backward, torch.autograd.grad)"
                 )
-    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs.values())
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
 
 
 def first_order_only(op):
@@ -142,7 +142,7 @@ def first_order_only(op):
             # The error node also takes the saved tensors that lead back to the inputs, so
             # that a gradient of these gradients toward a chosen input (autograd.grad(g, x))
             # reaches it and raises, rather than finding x unused and returning None.
-            anchors = [t for t in (*ctx.saved_tensors, *getattr(ctx, "inputs_needing_grad", ()))
+            anchors = [t for t in (*ctx.saved_tensors, *getattr(ctx, "leaves_needing_grad", ()))
                        if isinstance(t, torch.Tensor) and t.requires_grad]
             failing = torch._C._functions.DelayedError(message, len(tensors) + len(anchors))(
                 *(g.detach().requires_grad_() for g in tensors), *anchors

@@ -208,10 +208,11 @@ def local_attention_backward_q_kernel(
 
 
 # Each kernel's LaunchPlan (block_rows queries, block_cols keys a tile) for heads up to
-# 64 and up to 128 (MAX_HEAD_DIM), from benchmarks/tune_local_attention.py on an H200 ((8, 8, 4096, d) bfloat16, windows of
-# 128): 64 x 64 tiles at 4 warps, the size of Triton's attention tutorial, were within 3%
-# of the best of 48 plans everywhere but the forward of heads of 128, where narrower key
-# tiles and a deeper pipeline took 8% off (143 to 132 us).
+# 64 and up to 128 (MAX_HEAD_DIM), from benchmarks/tune_local_attention.py on an H200
+# ((8, 8, 4096, d) bfloat16, windows of 128): 64 x 64 tiles at 4 warps, the size of
+# Triton's attention tutorial, were within 3% of the best of 48 plans everywhere but the
+# forward of heads of 128, where narrower key tiles and a deeper pipeline took 8% off
+# (143 to 132 us).
 TUNED_ON = TunedOn("NVIDIA H200", "3.6.0", "benchmarks/tune_local_attention.py")
 FORWARD_TILES = {64: LaunchPlan(64, 64, 4, 2), 128: LaunchPlan(64, 32, 4, 3)}
 BACKWARD_Q_TILES = {64: LaunchPlan(64, 64, 4, 2), 128: LaunchPlan(64, 64, 4, 2)}
@@ -233,7 +234,8 @@ def _options(q, tiles):
     """A kernel's constexprs and launch options for q's head size and dtype and its tiles."""
     head_dim = q.shape[-1]
     return dict(
-        HEAD_DIM=head_dim, BLOCK_M=tiles.block_rows, BLOCK_N=tiles.block_cols, BLOCK_D=max(16, next_power_of_2(head_dim)),
+        HEAD_DIM=head_dim, BLOCK_M=tiles.block_rows, BLOCK_N=tiles.block_cols,
+        BLOCK_D=max(16, next_power_of_2(head_dim)),
         # A constexpr: inductor passes a float argument as float64, and the scores would follow.
         SCALE=head_dim**-0.5,
         # float32 products in full precision: tf32 would cost them 3 decimal digits.

@@ -84,3 +84,22 @@ def test_operators_called_directly_compute_what_the_functions_do():
     torch.testing.assert_close(grad_x, expected[0])
     torch.testing.assert_close(grad_gamma, expected[1])
     assert grad_beta.numel() == 0  # no beta: an empty tensor, as the schema returns tensors only
+
+
+def test_the_function_keeps_no_input_alive_that_the_backward_does_not_need():
+    """softmax's backward needs only its output: the scores it was given, an activation
+    as large as the output, are free once the caller drops them."""
+    import gc
+    import weakref
+
+    import course_lib
+
+    leaf = randn(4, 64, 64).requires_grad_()
+    scores = leaf * 2.0  # computed, as attention scores are; multiplying by a number saves neither
+    watched = weakref.ref(scores)
+    probabilities = course_lib.causal_softmax(scores)
+    del scores
+    gc.collect()
+    assert watched() is None
+    probabilities.sum().backward()
+    assert leaf.grad is not None

@@ -295,7 +295,7 @@ def _check_backward(grad_y, x, gamma, has_beta, mean, rstd, param_dtype):
     rows = x.numel() // x.shape[-1]
     check_like(op, "mean", mean, (rows,), x, dtype=torch.float32, contiguous=True)
     check_like(op, "rstd", rstd, (rows,), x, dtype=torch.float32, contiguous=True)
-    if param_dtype not in (torch.float32, torch.float16, torch.bfloat16):
+    if param_dtype not in FLOAT_DTYPES:
         raise TypeError(f"{op}: param_dtype must be float32, float16 or bfloat16, got {param_dtype}")
 
 
@@ -366,8 +366,7 @@ def _check_inputs(op, x, gamma, beta, eps, names=("gamma", "beta"), any_float_pa
             continue
         check_tensor(op, name, param)
         check_same_device(op, x=x, **{name: param})
-        if param.dtype not in ((torch.float32, torch.float16, torch.bfloat16) if any_float_params
-                               else (x.dtype, torch.float32)):
+        if param.dtype not in (FLOAT_DTYPES if any_float_params else (x.dtype, torch.float32)):
             raise TypeError(
                 f"{op}: {name} has dtype {param.dtype} but x has {x.dtype}; {name} must have x's dtype, "
                 "or be float32 (mixed precision, as torch.nn.LayerNorm accepts)"
