@@ -32,8 +32,9 @@ process with ``sys.exit`` when asked to raise, and brings z3, pyarrow, flask and
 pre-commit with it. The checks here are a few NumPy operations a load.
 
 On a GPU the kernels are compiled and nothing can be checked before an access: the guard
-does nothing there (``GUARDED`` is False), and the checkers rely on their NaN-filled
-outputs and value comparisons.
+does nothing there (``GUARDED`` is False) unless asked to (``force``). The exercise
+checkers ask: they run a student's kernel interpreted first, on a GPU machine as on a
+laptop (:mod:`course_lib.teaching.student_kernels`).
 """
 
 import contextlib
@@ -288,17 +289,21 @@ def _check(kind, pointers, mask):
 
 
 @contextlib.contextmanager
-def guard_accesses(recording=False):
+def guard_accesses(recording=False, force=False):
     """Inside this block, an interpreted load or store outside the launch's tensor arguments
     raises :class:`OutOfBoundsAccess` before it happens (the interpreter reports it as an
     ``InterpreterError`` whose cause it is; the guard's ``violation`` keeps it). Yields the
-    guard: ``.launches`` lists every launch, with its accesses if ``recording``."""
+    guard: ``.launches`` lists every launch, with its accesses if ``recording``.
+
+    On a GPU the block does nothing unless ``force``: there the kernels are compiled, and
+    only a kernel the caller interprets on purpose
+    (:func:`course_lib.teaching.student_kernels.interpreted`) goes through the interpreter."""
     if _active:  # already guarded: the outer block sees the launches
         _active[-1].recording |= recording
         yield _active[-1]
         return
     guard = _Guard(recording)
-    if not GUARDED:
+    if not (GUARDED or force):
         yield guard
         return
     from triton.runtime import interpreter

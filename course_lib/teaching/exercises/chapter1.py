@@ -1,29 +1,56 @@
 """Checkers of chapter 1, weighted sum: one function an exercise."""
 
 import torch
+import triton
 
 from ...core import references
 from ...core.runtime import DEVICE
 from ..checking import ExerciseError, compare, refusing_calls, run_student_code
-from .common import hidden_case, random_size
+from ..student_kernels import kernel_runs, report_speed, require_kernel
+from .common import Exercise, hidden_case, random_size
+
+__all__ = ["launch_scale_columns", "check_scale_columns", "check_weighted_sum_grads", "check_column_sum"]
+# The chapter's exercises, in order, for the instructors' notes.
+EXERCISES = (
+    Exercise('1.1', 'scale the columns', 'check_scale_columns', kernel=True, skills='2-D tiles, masks on both axes, strides', difficulty=2, minutes=20),
+    Exercise('1.2', 'the gradients in PyTorch', 'check_weighted_sum_grads', kernel=False, skills='a backward derived by hand', difficulty=1, minutes=10),
+    Exercise('1.3', 'the second stage of grad_w', 'check_column_sum', kernel=True, skills='a loop down the rows, a deterministic column sum', difficulty=2, minutes=20),
+)
 
 
-def check_scale_columns(scale_columns):
-    """Exercise 1.1: ``scale_columns(x, w)`` returns x * w[None, :] for a 2-D x."""
-    name = "Exercise 1.1 (scale_columns)"
+
+def launch_scale_columns(scale_columns_kernel, x, w, out=None, block_rows=16, block_cols=32):
+    """How exercise 1.1's checker launches the kernel: one program a tile of
+    ``block_rows × block_cols``; ``out`` contiguous, filled with NaN when not given."""
+    if out is None:
+        out = torch.full(x.shape, float("nan"), device=x.device, dtype=x.dtype)
+    grid = (triton.cdiv(x.shape[0], block_rows), triton.cdiv(x.shape[1], block_cols))
+    scale_columns_kernel[grid](x, w, out, x.shape[0], x.shape[1], x.stride(0), x.stride(1), out.stride(0),
+                               BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols)
+    return out
+
+
+def check_scale_columns(scale_columns_kernel):
+    """Exercise 1.1: ``scale_columns_kernel``, launched by :func:`launch_scale_columns`,
+    writes x * w[None, :] for a 2-D x of any shape and strides."""
+    name = "Exercise 1.1 (scale_columns_kernel)"
+    kernel = require_kernel(name, scale_columns_kernel, "scale_columns_kernel")
     cases = [(1, 1), (5, 3), (37, 130), (64, 64)] + hidden_case(lambda: (random_size(2, 80), random_size(2, 200)))
-    for n_rows, n_cols in cases:
-        x = torch.randn(n_rows, n_cols, device=DEVICE)
-        w = torch.randn(n_cols, device=DEVICE)
-        got = run_student_code(name, scale_columns, x, w)
-        compare(f"{name}, x of shape {(n_rows, n_cols)}", got, x.double() * w.double(),
-                rtol=1e-6, atol=1e-6, show_picture=True)
+    inputs = [(f"x of shape {shape}", torch.randn(shape, device=DEVICE)) for shape in cases]
     transposed = torch.randn(40, 23, device=DEVICE).t()
-    w = torch.randn(40, device=DEVICE)
-    got = run_student_code(name, scale_columns, transposed, w)
-    compare(f"{name}, transposed x (strides {transposed.stride()})", got,
-            transposed.double() * w.double(), rtol=1e-6, atol=1e-6, show_picture=True)
-    print(f"{name.split(' (')[0]} passed: {len(cases) + 1} shapes, including a transposed x.")
+    inputs.append((f"transposed x (strides {transposed.stride()})", transposed))
+    for what, x in inputs:
+        w = torch.randn(x.shape[1], device=DEVICE)
+        for how, got in kernel_runs(name, launch_scale_columns, kernel, x, w):
+            compare(f"{name}, {what}" + (f", {how}" if how else ""), got, x.double() * w.double(),
+                    rtol=1e-6, atol=1e-6, show_picture=True)
+    print(f"{name.split(' (')[0]} passed: {len(inputs)} shapes, including a transposed x.")
+    x = torch.randn(8192, 4096, device=DEVICE) if DEVICE != "cpu" else None
+    w, out = (torch.randn(4096, device=DEVICE), torch.empty_like(x)) if x is not None else (None, None)
+    report_speed(name, lambda: launch_scale_columns(kernel, x, w, out, 32, 128), 2 * 8192 * 4096 * 4,
+                 against=("torch's x * w", lambda: torch.mul(x, w, out=out)),
+                 advice="check that each program's columns are contiguous in memory (the column index times "
+                        "stride_x_col, which is 1 for a row-major x), so that loads combine into wide vectors")
 
 
 def check_weighted_sum_grads(weighted_sum_grads):

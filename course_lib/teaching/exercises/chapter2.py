@@ -5,7 +5,17 @@ import torch
 from ...core import references
 from ...core.runtime import DEVICE
 from ..checking import ExerciseError, compare, refusing_calls, run_student_code
-from .common import hidden_case, random_size, random_matrix, run_quietly, matches
+from .common import Exercise, hidden_case, random_size, random_matrix, run_quietly, matches
+
+__all__ = ["check_softmax_rows", "check_causal_mask", "check_softmax_grad", "check_online_softmax_stats"]
+# The chapter's exercises, in order, for the instructors' notes.
+EXERCISES = (
+    Exercise('2.1', 'several rows a program', 'check_softmax_rows', kernel=True, skills='row tiles, the max-subtracted softmax, -inf padding', difficulty=2, minutes=25),
+    Exercise('2.2', 'the mask in PyTorch', 'check_causal_mask', kernel=False, skills='the causal mask', difficulty=1, minutes=10),
+    Exercise('2.3', 'the gradient in PyTorch', 'check_softmax_grad', kernel=False, skills='the softmax backward', difficulty=1, minutes=10),
+    Exercise('2.4', 'the online maximum and sum', 'check_online_softmax_stats', kernel=False, skills='the online softmax recurrence', difficulty=2, minutes=20),
+)
+
 
 
 def _softmax_rows_hint(got, x):

@@ -5,7 +5,17 @@ import torch
 from ...core import references
 from ...core.runtime import DEVICE
 from ..checking import ExerciseError, compare, run_student_code
-from .common import hidden_case, random_size, random_matrix, run_quietly, without_mask_hints
+from .common import Exercise, hidden_case, random_size, random_matrix, run_quietly, without_mask_hints
+
+__all__ = ["check_layernorm_rows", "check_layernorm_dx", "check_column_partial_sums", "check_grad_through_row_max"]
+# The chapter's exercises, in order, for the instructors' notes.
+EXERCISES = (
+    Exercise('3.1', 'several rows a program, with the statistics', 'check_layernorm_rows', kernel=True, skills='two row reductions, saved statistics', difficulty=3, minutes=30),
+    Exercise('3.2', 'the gradient of x in PyTorch', 'check_layernorm_dx', kernel=False, skills='the LayerNorm backward', difficulty=2, minutes=20),
+    Exercise('3.3', 'partial column sums, the first stage', 'check_column_partial_sums', kernel=True, skills='per-program partial sums', difficulty=2, minutes=20),
+    Exercise('3.4', 'the gradient through the row maximum', 'check_grad_through_row_max', kernel=False, skills='gradients through max', difficulty=2, minutes=15),
+)
+
 
 
 def _layernorm_stats64(x, eps):

@@ -6,7 +6,17 @@ import torch
 
 from ...core.runtime import DEVICE
 from ..checking import ExerciseError, compare, run_student_code
-from .common import hidden_case, random_size, random_matrix, run_quietly, without_mask_hints, matches
+from .common import Exercise, hidden_case, random_size, random_matrix, run_quietly, without_mask_hints, matches
+
+__all__ = ["check_coor_descent_step", "check_routing_weights", "check_row_logsumexp_of_min", "check_da_next_da"]
+# The chapter's exercises, in order, for the instructors' notes.
+EXERCISES = (
+    Exercise('4.1', 'one step of the scalar recurrence', 'check_coor_descent_step', kernel=False, skills='the coordinate-descent update', difficulty=1, minutes=10),
+    Exercise('4.2', 'the routing weights', 'check_routing_weights', kernel=False, skills='the weights from a and b', difficulty=1, minutes=10),
+    Exercise('4.3', 'the log-sum-exp of the clipped row', 'check_row_logsumexp_of_min', kernel=True, skills='a clipped log-sum-exp in a kernel', difficulty=3, minutes=30),
+    Exercise('4.4', 'the derivative of one step', 'check_da_next_da', kernel=False, skills='differentiating the recurrence', difficulty=2, minutes=15),
+)
+
 
 
 def _step_reference64(s, a, logk, eps):

@@ -4,7 +4,16 @@ import torch
 
 from ...core.runtime import DEVICE
 from ..checking import ExerciseError, compare, run_student_code
-from .common import hidden_case, random_size
+from .common import Exercise, hidden_case, random_size
+
+__all__ = ["check_scale_columns_op", "check_scale_columns_autograd", "check_without_graph_breaks"]
+# The chapter's exercises, in order, for the instructors' notes.
+EXERCISES = (
+    Exercise('5.1', 'a custom operator', 'check_scale_columns_op', kernel=False, skills='torch.library custom operators, fake tensors', difficulty=2, minutes=20),
+    Exercise('5.2', 'its backward', 'check_scale_columns_autograd', kernel=False, skills='register_autograd', difficulty=2, minutes=20),
+    Exercise('5.3', 'remove a graph break', 'check_without_graph_breaks', kernel=False, skills='torch.compile graph breaks', difficulty=2, minutes=20),
+)
+
 
 
 def _require_custom_op(name, op):

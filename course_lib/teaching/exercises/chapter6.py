@@ -5,7 +5,16 @@ import torch
 from ...core import references
 from ...core.runtime import DEVICE
 from ..checking import ExerciseError, compare, run_student_code
-from .common import hidden_case, random_size, matches
+from .common import Exercise, hidden_case, random_size, matches
+
+__all__ = ["check_scatter_back", "check_routed_causal_mask", "check_route"]
+# The chapter's exercises, in order, for the instructors' notes.
+EXERCISES = (
+    Exercise('6.1', 'scatter the routed tokens back', 'check_scatter_back', kernel=False, skills='gather and scatter', difficulty=1, minutes=10),
+    Exercise('6.2', 'keep causality under routing', 'check_routed_causal_mask', kernel=False, skills='causal masks of routed tokens', difficulty=2, minutes=15),
+    Exercise('6.3', "the router's padding mask", 'check_route', kernel=False, skills='masking padding before top-k', difficulty=2, minutes=15),
+)
+
 
 
 def _scatter_reference(routed, indices, seq_len):

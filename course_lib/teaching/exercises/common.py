@@ -6,6 +6,8 @@ case of random size, drawn from the hidden seed, to the sizes a student saw, so 
 answer that works only at those sizes fails too.
 """
 
+import dataclasses
+
 import torch
 
 from ..checking import run_student_code
@@ -54,3 +56,16 @@ def matches(got, expected, rtol=1e-9, atol=1e-9):
     if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
         return False
     return bool(torch.allclose(got.detach().to("cpu", torch.float64), expected.cpu(), rtol=rtol, atol=atol))
+
+
+@dataclasses.dataclass(frozen=True)
+class Exercise:
+    """One exercise as the instructors' notes list it (each chapter module's ``EXERCISES``)."""
+
+    number: str  # "N.M", as headed in the chapter
+    title: str
+    checker: str  # the check_... function
+    kernel: bool  # whether the answer is a @triton.jit kernel
+    skills: str
+    difficulty: int  # 1 (a few lines, one idea) to 5 (a kernel of the course's own size)
+    minutes: int  # what a student who has read the chapter needs

@@ -1,0 +1,184 @@
+"""Running a student's ``@triton.jit`` kernel as a checker must: the same verdict on a GPU as
+on a laptop, and nothing the kernel does can take the checker down.
+
+A kernel exercise's checker receives the kernel itself, not a function that returns a
+tensor, and launches it with its own launcher (:func:`require_kernel` refuses anything
+else, so an answer written in PyTorch does not pass a kernel exercise).
+:func:`kernel_runs` then runs each case
+
+1. **under Triton's interpreter, guarded** (:mod:`course_lib.teaching.accesses`): a load or
+   store outside the launch's tensors is named, with the picture of what each program
+   touched, before it happens. The interpreter runs the kernel's Python source, so this
+   works in the same process on a GPU machine too (the interpreter copies CUDA tensors to
+   the host and back). A time limit turns an endless loop into a message;
+2. **compiled, on a GPU** when there is one, where the kernel runs as it will in a model.
+
+A wrong mask therefore gets the same out-of-bounds verdict on an H100 as on a laptop,
+instead of a silent pass (reading one element past a row is harmless garbage on a GPU
+more often than not) or an "illegal memory access" that ends the session.
+
+:func:`report_speed` adds feedback on a GPU: the kernel's bandwidth as a fraction of a
+copy measured in the same run, beside the course's own kernel. It never fails an answer.
+"""
+
+import contextlib
+import signal
+import threading
+
+import torch
+
+from ..core.runtime import ON_GPU
+from .checking import ExerciseError, run_student_code
+
+INTERPRETER_SECONDS = 120  # one interpreted launcher call on a checker's small inputs
+
+
+class _TimeUp(BaseException):
+    """Raised by the alarm; a BaseException, so that the interpreter's and the student's
+    ``except Exception`` do not swallow it."""
+
+
+def is_triton_kernel(obj):
+    """Whether ``obj`` is a ``@triton.jit`` function (compiled or interpreted)."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    return isinstance(obj, (JITFunction, InterpretedFunction))
+
+
+def require_kernel(name, kernel, kernel_name):
+    """``kernel`` if it is a ``@triton.jit`` function, else an ExerciseError that says what
+    arrived and what the exercise wants."""
+    if is_triton_kernel(kernel):
+        return kernel
+    if hasattr(kernel, "fn") and is_triton_kernel(getattr(kernel, "fn")):
+        raise ExerciseError(f"{name}: pass a kernel decorated with @triton.jit alone: the checker chooses the "
+                            f"block sizes itself, so @triton.autotune or @triton.heuristics around it cannot work")
+    what = "None" if kernel is None else f"a {type(kernel).__name__}"
+    if callable(kernel):
+        what += f" ({getattr(kernel, '__name__', 'callable')})"
+    raise ExerciseError(
+        f"{name}: pass the kernel itself, the function decorated with @triton.jit ({kernel_name}); got {what}. "
+        "The checker launches it on its own inputs; an answer computed in PyTorch does not count, since this "
+        "exercise is about writing the kernel.")
+
+
+def _jit_helpers(namespace):
+    from triton.runtime.jit import JITFunction
+
+    return {key: value for key, value in namespace.items() if isinstance(value, JITFunction)}
+
+
+@contextlib.contextmanager
+def interpreted(kernel):
+    """``kernel`` as Triton's interpreter runs it: an ``InterpretedFunction`` of its Python
+    function. The ``@triton.jit`` helpers it calls, found in its module's globals (and in
+    theirs), are interpreted too while the block runs, then put back."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    if isinstance(kernel, InterpretedFunction):  # TRITON_INTERPRET=1: already interpreted
+        yield kernel
+        return
+    swapped, pending, seen = [], [kernel.fn.__globals__], set()
+    while pending:
+        namespace = pending.pop()
+        if id(namespace) in seen:
+            continue
+        seen.add(id(namespace))
+        helpers = _jit_helpers(namespace)
+        swapped.append((namespace, helpers))
+        for key, helper in helpers.items():
+            namespace[key] = InterpretedFunction(helper.fn)
+            pending.append(helper.fn.__globals__)
+    try:
+        yield InterpretedFunction(kernel.fn)
+    finally:
+        for namespace, helpers in swapped:
+            namespace.update(helpers)
+
+
+@contextlib.contextmanager
+def time_limit(name, seconds):
+    """Turn a block that runs past ``seconds`` into an ExerciseError (main thread only: the
+    alarm is a signal; elsewhere the block runs unbounded)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def stop(signum, frame):
+        raise _TimeUp()
+
+    previous_handler = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    except _TimeUp:
+        raise ExerciseError(
+            f"{name}: your kernel ran for more than {seconds:g} s under Triton's interpreter on the checker's small "
+            "inputs: does a loop never end (a `while` whose condition never changes, a `range` that never reaches "
+            "its end)?") from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous_handler)
+
+
+def run_interpreted(name, launch, kernel, *args, seconds=INTERPRETER_SECONDS):
+    """``launch(kernel, *args)`` with ``kernel`` interpreted and guarded, within ``seconds``."""
+    from . import accesses
+
+    with interpreted(kernel) as interpreted_kernel, time_limit(name, seconds):
+        with accesses.guard_accesses(recording=True, force=True):
+            return run_student_code(name, launch, interpreted_kernel, *args)
+
+
+def kernel_runs(name, launch, kernel, *args):
+    """Yield ``(how, result)`` for each way the case runs: under the guarded interpreter
+    (``how`` is "" without a GPU, where that is the only way), then compiled on the GPU
+    (``how`` is "compiled on the GPU"). ``launch(kernel, *args)`` is the checker's launcher;
+    it allocates the outputs, so each run writes fresh ones."""
+    interpreted_result = run_interpreted(name, launch, kernel, *args)
+    if not ON_GPU:
+        yield "", interpreted_result
+        return
+    yield "under the interpreter", interpreted_result
+    yield "compiled on the GPU", run_student_code(name, launch, kernel, *args)
+
+
+def copy_seconds(n_bytes, device="cuda"):
+    """The time of copying ``n_bytes`` (read half, write half) with torch: the bandwidth
+    ceiling a memory-bound kernel is compared with, measured in the same run."""
+    import triton.testing
+
+    half = max(n_bytes // 2 // 4, 1)
+    source = torch.empty(half, dtype=torch.float32, device=device)
+    target = torch.empty_like(source)
+    return triton.testing.do_bench(lambda: target.copy_(source), return_mode="median") * 1e-3
+
+
+def report_speed(name, run, n_bytes, *, against=None, target=0.6, advice=""):
+    """Print the kernel's speed on a GPU as a fraction of copy bandwidth. ``run()`` launches
+    the student's kernel once on inputs of a size where memory dominates (into outputs
+    allocated beforehand); ``n_bytes`` is what one run must read and write; ``against`` is
+    ``(label, callable)``, the same work done by the course's kernel or by torch, measured
+    beside it. Below ``target`` the line adds ``advice``. Feedback only: it never raises.
+    Without a GPU it says why there is no number. Returns the fraction, or None."""
+    short = name.split(" (")[0]
+    if not ON_GPU:
+        print(f"{short}, speed: measured on a GPU only (the interpreter runs each program in Python, so its "
+              "time says nothing about the kernel's).")
+        return None
+    import triton.testing
+
+    def fraction_of_copy(fn):
+        return copy_seconds(n_bytes) / (triton.testing.do_bench(fn, return_mode="median") * 1e-3)
+
+    fraction = fraction_of_copy(run)
+    line = f"{short}, speed: {fraction:.2f} of a copy of the same bytes, measured now on this GPU"
+    if against is not None:
+        label, fn = against
+        line += f"; {label} reaches {fraction_of_copy(fn):.2f}"
+    line += f" (target {target:.2f})"
+    if fraction < target and advice:
+        line += f". {advice}"
+    print(line + ".")
+    return fraction

@@ -1,0 +1,59 @@
+"""The checkers of chapter 1 (course_lib/teaching/exercises/chapter1.py) pass a right answer and name each typical mistake."""
+
+import pytest
+import torch
+
+import course_lib
+from course_lib.teaching import exercises
+from course_lib.core import references
+from course_lib.teaching.checking import ExerciseError
+from solutions import solution
+
+
+def _scale_columns(mistakes=None):
+    return solution("01_weighted_sum", "1.1", mistakes).scale_columns_kernel
+
+
+def test_scale_columns_checker(capsys):
+    exercises.check_scale_columns(_scale_columns())
+    out = capsys.readouterr().out
+    assert out.startswith("Exercise 1.1 passed") and "speed" in out
+
+
+@pytest.mark.parametrize("answer, message", [
+    (lambda x, w: x * w, "pass the kernel itself"),
+    (None, "got None"),
+])
+def test_scale_columns_refuses_what_is_not_a_kernel(answer, message):
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_scale_columns(answer)
+
+
+@pytest.mark.parametrize("mistake, message", [
+    ({"(cols < n_cols)[None, :]": "(cols <= n_cols)[None, :]"}, "out of bounds"),  # mask one past each row
+    ({"w = tl.load(w_ptr + cols, mask=cols < n_cols)": "w = tl.load(w_ptr + cols)"}, "out of bounds"),
+    ({"cols[None, :] * stride_x_col": "cols[None, :]"}, "stride_x_col"),  # a transposed x read as row-major
+    ({"x * w[None, :]": "x * w[:, None]"}, "Exercise 1.1"),  # broadcast along the wrong axis
+])
+def test_scale_columns_names_the_mistake(mistake, message):
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_scale_columns(_scale_columns(mistake))
+
+
+def test_weighted_sum_grads_checker(capsys):
+    exercises.check_weighted_sum_grads(
+        lambda x, w, g: (g[..., None] * w, (x * g[..., None]).reshape(-1, x.shape[-1]).sum(0)))
+    assert capsys.readouterr().out.startswith("Exercise 1.2 passed")
+    with pytest.raises(ExerciseError, match="answers it outright may not be called"):
+        exercises.check_weighted_sum_grads(lambda x, w, g: references.weighted_sum_backward(x, w, g))
+    with pytest.raises(ExerciseError, match="grad_w"):
+        exercises.check_weighted_sum_grads(lambda x, w, g: (g[..., None] * w, x.reshape(-1, x.shape[-1]).sum(0)))
+    with pytest.raises(ExerciseError, match="return a tuple"):
+        exercises.check_weighted_sum_grads(lambda x, w, g: g[..., None] * w)
+
+
+def test_column_sum_checker(capsys):
+    exercises.check_column_sum(lambda p: p.sum(0))
+    assert capsys.readouterr().out.startswith("Exercise 1.3 passed")
+    with pytest.raises(ExerciseError, match="partial of shape"):
+        exercises.check_column_sum(lambda p: p[: 8].sum(0))  # forgot rows past the first tile

@@ -1,0 +1,75 @@
+import pytest
+import torch
+import triton
+from triton.runtime.jit import JITFunction
+
+import kernels_for_student_tests as kernels
+from course_lib.core.runtime import DEVICE, ON_GPU
+from course_lib.teaching import student_kernels
+from course_lib.teaching.checking import ExerciseError
+
+
+def launch_double(kernel, x):
+    out = torch.full_like(x, float("nan"))
+    kernel[(triton.cdiv(x.numel(), 16),)](x, out, x.numel(), BLOCK=16)
+    return out
+
+
+def as_compiled(kernel):
+    """The kernel as ``@triton.jit`` makes it on a GPU (a JITFunction around its Python function),
+    so that the interpreter-first path is tested on a CPU too."""
+    return kernel if isinstance(kernel, JITFunction) else JITFunction(kernel.fn)
+
+
+@pytest.mark.parametrize("answer, message", [
+    (lambda x: x * 2, r"pass the kernel itself.*got a function \(<lambda>\)"),
+    (None, "got None"),
+    (torch.zeros(3), "got a Tensor"),
+])
+def test_require_kernel_names_what_arrived(answer, message):
+    with pytest.raises(ExerciseError, match=message):
+        student_kernels.require_kernel("Exercise 9.9 (double)", answer, "double_kernel")
+
+
+def test_require_kernel_refuses_autotuned_kernels():
+    tuned = triton.autotune(configs=[triton.Config({})], key=["n"])(kernels.double_kernel)
+    with pytest.raises(ExerciseError, match="@triton.jit alone"):
+        student_kernels.require_kernel("Exercise 9.9 (double)", tuned, "double_kernel")
+
+
+@pytest.mark.parametrize("kernel", [kernels.double_kernel, as_compiled(kernels.double_kernel)],
+                         ids=["as decorated here", "as a GPU's JITFunction"])
+def test_kernel_runs_interprets_first_with_helpers(kernel):
+    x = torch.randn(37, device=DEVICE)
+    runs = list(student_kernels.kernel_runs("Exercise 9.9 (double)", launch_double, kernel, x))
+    assert [how for how, _ in runs] == (["under the interpreter", "compiled on the GPU"] if ON_GPU else [""])
+    for _, got in runs:
+        torch.testing.assert_close(got, 2 * x)
+    assert isinstance(kernels.doubled, JITFunction) or not ON_GPU  # the helper is put back
+
+
+@pytest.mark.parametrize("kernel", [kernels.double_past_the_end_kernel, as_compiled(kernels.double_past_the_end_kernel)],
+                         ids=["as decorated here", "as a GPU's JITFunction"])
+def test_a_mask_one_past_the_end_is_named_before_any_compiled_run(kernel):
+    x = torch.randn(37, device=DEVICE)
+    with pytest.raises(ExerciseError, match="out of bounds"):
+        list(student_kernels.kernel_runs("Exercise 9.9 (double)", launch_double, kernel, x))
+
+
+def test_an_endless_loop_is_stopped_with_a_message():
+    x = torch.randn(8, device=DEVICE)
+    with pytest.raises(ExerciseError, match="loop never end"):
+        student_kernels.run_interpreted("Exercise 9.9 (endless)", launch_double, kernels.endless_kernel, x, seconds=1)
+
+
+def test_speed_feedback_says_why_there_is_none_without_a_gpu(capsys):
+    if ON_GPU:
+        x = torch.randn(1 << 24, device=DEVICE)
+        out = torch.empty_like(x)
+        fraction = student_kernels.report_speed(
+            "Exercise 9.9 (double)", lambda: kernels.double_kernel[(triton.cdiv(x.numel(), 1024),)](
+                x, out, x.numel(), BLOCK=1024), 8 * x.numel(), against=("torch", lambda: torch.mul(x, 2, out=out)))
+        assert 0 < fraction < 2 and "torch reaches" in capsys.readouterr().out
+    else:
+        assert student_kernels.report_speed("Exercise 9.9 (double)", None, 0) is None
+        assert "measured on a GPU only" in capsys.readouterr().out
