@@ -69,7 +69,9 @@ test-triton-latest: $(LATEST_VENV)/.installed
 test-floor: $(FLOOR_VENV)/.installed
 	$(FLOOR_VENV)/bin/python -m pytest $(PYTEST) $(PARALLEL) $(PACKAGE_TESTS)
 
-book: $(BIN)/.installed
+book: $(BIN)/.installed student
+	$(BIN)/python -m course_lib.teaching.instructor solutions notebooks book/solutions
+	$(BIN)/python -m course_lib.teaching.instructor exercise-table book/_generated/exercises.md
 	$(BIN)/python scripts/benchmarks_page.py
 	$(BIN)/python scripts/step_plot.py
 	$(BIN)/jupyter-book build . --warningiserror --keep-going
@@ -84,6 +86,8 @@ lab: $(BIN)/.installed
 set-repository: $(BIN)/.installed
 	$(BIN)/python scripts/repository.py set "$(URL)"
 
+# The student copies in student/ are kept in the repository: the book's chapter pages and the
+# launch buttons' target (a test checks they are current: run this after changing a notebook).
 student: $(BIN)/.installed
 	$(BIN)/python -m course_lib.teaching.instructor student notebooks student
 
@@ -110,4 +114,4 @@ gpu-run:
 	bash scripts/gpu_run.sh .whl
 
 clean:
-	rm -rf _build build student graded $(VENV) $(LATEST_VENV) $(FLOOR_VENV)
+	rm -rf _build build book/solutions graded $(VENV) $(LATEST_VENV) $(FLOOR_VENV)

@@ -24,7 +24,7 @@ PlaywrightTimeoutError, sync_playwright = playwright_api.TimeoutError, playwrigh
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
 SCREENSHOTS = ROOT / "_build" / "screenshots"
-SCREENSHOT_OF = "notebooks/03_layernorm"
+SCREENSHOT_OF = "student/03_layernorm"
 CHROMIUM = shutil.which("chromium")
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 
@@ -122,20 +122,40 @@ def test_the_book_has_math():
     assert sum((HTML / f"{name}.html").read_text().count('class="math') for name in toc_pages()) > 100
 
 
+def _answer_lines(page_name):
+    """The distinctive lines of the answers to a chapter's exercises, from the instructors'
+    notebook (notebooks/<chapter>.ipynb) that the page's student copy was made from."""
+    source = ROOT / "notebooks" / f"{Path(page_name).name}.ipynb"
+    lines, inside = [], False
+    for cell in json.loads(source.read_text())["cells"]:
+        for line in "".join(cell["source"]).split("\n"):
+            if line.strip() in ("# BEGIN SOLUTION", "# END SOLUTION"):
+                inside = line.strip() == "# BEGIN SOLUTION"
+            elif inside and len(line.strip()) > 20:
+                lines.append(line.strip())
+    return lines
+
+
 @pytest.mark.parametrize("name", [name for name in toc_pages() if notebook_cells(name)])
-def test_notebook_page_hides_solutions_and_launches_its_own_notebook(page, name):
+def test_chapter_page_holds_no_answer_and_launches_the_student_copy(page, name):
     open_page(page, name)
-    expected = sum("solution" in cell.get("metadata", {}).get("tags", []) for cell in notebook_cells(name))
-    solutions = page.locator(".cell.tag_solution")
-    assert solutions.count() == expected, f"{name}: {expected} solution cells in the notebook, {solutions.count()} shown"
-    for index in range(expected):
-        solution = solutions.nth(index)
-        code = solution.locator(".cell_input")
-        assert not code.is_visible(), f"{name}: solution {index + 1} shows its code before it is clicked"
-        solution.locator("summary").first.click()
-        assert code.is_visible(), f"{name}: solution {index + 1} stays hidden when clicked"
+    text = page.locator("main").inner_text()
+    shown = [line for line in _answer_lines(name) if line in text]
+    assert shown == [], f"{name}: the page shows lines of its exercises' answers: {shown[:3]}"
+    assert "# YOUR CODE HERE" in text, f"{name}: the exercises' stubs are not on the page"
     owner_and_name = re.sub(r"^https://github\.com/", "", CONFIG["repository"]["url"])
     expected_link = (f"{CONFIG['launch_buttons']['colab_url']}/github/{owner_and_name}/blob/"
                      f"{CONFIG['repository']['branch']}/{name}.ipynb")
+    assert name.startswith("student/"), f"{name}: a chapter page must be the student copy"
     links = page.locator('a[href^="https://colab.research.google.com/"]')
     assert [links.nth(i).get_attribute("href") for i in range(links.count())] == [expected_link], name
+    solutions = page.locator('a[href*="solutions/"]')
+    assert solutions.count() >= 1, f"{name}: no link to the chapter's solutions page"
+
+
+@pytest.mark.parametrize("name", [name for name in toc_pages() if name.startswith("book/solutions/")])
+def test_solutions_page_shows_every_answer(page, name):
+    open_page(page, name)
+    text = page.locator("main").inner_text()
+    missing = [line for line in _answer_lines(name) if line not in text]
+    assert missing == [], f"{name}: answer lines missing from the solutions page: {missing[:3]}"

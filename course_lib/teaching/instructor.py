@@ -36,6 +36,10 @@ SOLUTION_TAG = "solution"
 CHECKER_TAG = "checker"
 HIDE_INPUT_TAG = "hide-input"
 REMOVE_IN_STUDENT_TAG = "remove-in-student"
+# Where the student copies are kept (the book's chapter pages and the launch buttons' target)
+# and where the book's solutions pages are written, relative to the repository.
+STUDENT_DIR = "student"
+SOLUTIONS_DIR = "book/solutions"
 INTERPRETER_OUTPUT = "interpreter-output"  # a cell whose outputs only the CPU interpreter can make
 BEGIN_SOLUTION = "# BEGIN SOLUTION"
 END_SOLUTION = "# END SOLUTION"
@@ -211,31 +215,52 @@ def _replace_solution_blocks(source: str, where: str) -> str:
     return "\n".join(student_lines)
 
 
+def _without_run_metadata(cell) -> None:
+    """Drop what the instructors' run left on a cell: its execution count and timings."""
+    cell.metadata.pop("execution", None)
+    if cell.cell_type == "code":
+        cell.execution_count = None
+
+
+def solutions_page_link(notebook_stem: str) -> str:
+    """The line a student copy adds under each exercise statement: where its solution is."""
+    return (f"Stuck after the hints? The solution is on [this chapter's solutions page]"
+            f"(../{SOLUTIONS_DIR}/{notebook_stem}.md).")
+
+
 def make_student_copy(src_path: str | Path, dest_path: str | Path) -> Path:
     """Write the student version of the notebook ``src_path`` to ``dest_path``.
 
-    Solutions are replaced by ``# YOUR CODE HERE`` / ``pass``, solution cells lose their
-    ``hide-input`` tag, cells tagged ``remove-in-student`` are dropped and code outputs
-    and execution counts are cleared. Raises ValueError, naming the notebook and cell
-    index, for a solution cell whose markers are missing or malformed, and for any
-    ``# BEGIN SOLUTION`` line left outside a solution cell.
+    Solutions are replaced by ``# YOUR CODE HERE`` / ``pass`` and their cells lose the
+    ``hide-input`` tag; cells tagged ``remove-in-student`` are dropped; the outputs of
+    solution and checker cells (which came from the solution) are cleared, the others
+    kept (the book's chapter pages are these copies, with the course's GPU outputs); execution
+    counts and timings are dropped; each exercise statement ends with a link to the chapter's
+    solutions page. Raises ValueError, naming the notebook and cell index, for a solution
+    cell whose markers are missing or malformed, and for any ``# BEGIN SOLUTION`` line left
+    outside a solution cell.
     """
     nbformat = _import_instructor_dependency("nbformat")
     src_path, dest_path = Path(src_path), Path(dest_path)
     notebook = nbformat.read(src_path, as_version=4)
+    _stamp(notebook, src_path.name)  # the ids by which grading finds the checker cells
+    roles = {cell.cell_index: cell.role for cell in exercise_cells(notebook, src_path.name)}
 
     kept_cells = []
     for cell_index, cell in enumerate(notebook.cells):
         tags = _tags(cell)
         if REMOVE_IN_STUDENT_TAG in tags:
             continue
+        _without_run_metadata(cell)
+        if roles.get(cell_index) == TASK_ROLE:
+            cell.source = cell.source.rstrip() + "\n\n" + solutions_page_link(src_path.stem)
         if cell.cell_type == "code":
             if SOLUTION_TAG in tags:
                 where = f"{src_path.name}, cell {cell_index}"
                 cell.source = _replace_solution_blocks(cell.source, where)
                 cell.metadata["tags"] = [tag for tag in tags if tag != HIDE_INPUT_TAG]
-            cell.outputs = []
-            cell.execution_count = None
+            if SOLUTION_TAG in tags or CHECKER_TAG in tags:
+                cell.outputs = []
         kept_cells.append((cell_index, cell))
 
     # A marked solution in a cell not tagged `solution` would otherwise reach students.
@@ -246,7 +271,6 @@ def make_student_copy(src_path: str | Path, dest_path: str | Path) -> Path:
                 f"not tagged {SOLUTION_TAG!r}; tag it, or tag it {REMOVE_IN_STUDENT_TAG!r}"
             )
 
-    _stamp(notebook, src_path.name)  # the ids by which grading finds the checker cells
     notebook.cells = [cell for _, cell in kept_cells]
     dest_path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(notebook, dest_path)
@@ -260,6 +284,60 @@ def make_student_copies(src_dir: str | Path, dest_dir: str | Path) -> list[Path]
     if dest_dir.resolve() == Path(src_dir).resolve():
         raise ValueError(f"{dest_dir} is the source folder; student copies would overwrite it")
     return [make_student_copy(notebook, dest_dir / notebook.name) for notebook in notebooks]
+
+
+def _solution_code(source: str) -> str:
+    """A solution cell's code as the solutions page shows it: the markers left out."""
+    return "\n".join(line for line in source.split("\n")
+                     if not (_is_marker(line, BEGIN_SOLUTION) or _is_marker(line, END_SOLUTION))).strip()
+
+
+def solutions_page(src_path: str | Path) -> str:
+    """The markdown of one chapter's solutions page: each exercise's heading and the code of
+    its solution cells, from the instructors' notebook ``src_path``."""
+    nbformat = _import_instructor_dependency("nbformat")
+    src_path = Path(src_path)
+    notebook = nbformat.read(src_path, as_version=4)
+    title = next((cell.source.split("\n", 1)[0].lstrip("# ").strip() for cell in notebook.cells
+                  if cell.cell_type == "markdown" and cell.source.startswith("# ")), src_path.stem)
+    lines = [f"# Solutions: {title}", "",
+             f"The answers to the exercises of [the chapter](../../{STUDENT_DIR}/{src_path.stem}.ipynb). "
+             "Try the hints under each exercise first: a kernel you wrote yourself teaches more than one you read.",
+             ""]
+    for exercise_cell in exercise_cells(notebook, src_path.name):
+        cell = notebook.cells[exercise_cell.cell_index]
+        if exercise_cell.role == TASK_ROLE:
+            lines += ["", cell.source.split("\n", 1)[0].replace("###", "##", 1), ""]
+        elif exercise_cell.role == SOLUTION_ROLE:
+            lines += ["```python", _solution_code(cell.source), "```", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def make_solutions_pages(src_dir: str | Path, dest_dir: str | Path) -> list[Path]:
+    """Write one solutions page (markdown) for each ``*.ipynb`` of ``src_dir`` into ``dest_dir``."""
+    dest_dir = Path(dest_dir)
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for notebook in _notebooks_in(src_dir):
+        path = dest_dir / f"{notebook.stem}.md"
+        path.write_text(solutions_page(notebook), encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def exercise_table() -> str:
+    """The instructors' table of every exercise (``exercises.EXERCISES``), as markdown."""
+    from .exercises import EXERCISES
+
+    rows = ["| Exercise | Title | Answer | Skills | Difficulty (1–5) | Minutes |", "|---|---|---|---|---|---|"]
+    for exercise in EXERCISES:
+        answer = "a `@triton.jit` kernel" if exercise.kernel else "PyTorch"
+        rows.append(f"| {exercise.number} | {exercise.title} | {answer} | {exercise.skills} | "
+                    f"{exercise.difficulty} | {exercise.minutes} |")
+    kernels = sum(exercise.kernel for exercise in EXERCISES)
+    minutes = sum(exercise.minutes for exercise in EXERCISES)
+    rows += ["", f"{len(EXERCISES)} exercises, {kernels} of them kernels; about {minutes / 60:.0f} hours in all."]
+    return "\n".join(rows) + "\n"
 
 
 # --- grading ------------------------------------------------------------------------
@@ -748,11 +826,20 @@ def _build_parser() -> argparse.ArgumentParser:
             "Copy every *.ipynb in SRC_DIR (not recursive) into DEST_DIR, replacing each "
             f"'{BEGIN_SOLUTION}' ... '{END_SOLUTION}' block of a cell tagged "
             f"'{SOLUTION_TAG}' with '# YOUR CODE HERE' and 'pass', dropping cells tagged "
-            f"'{REMOVE_IN_STUDENT_TAG}' and clearing outputs."
+            f"'{REMOVE_IN_STUDENT_TAG}', clearing the outputs of solution and checker cells and linking each "
+            "exercise to its chapter's solutions page."
         ),
     )
     student.add_argument("src_dir", metavar="SRC_DIR", help="folder of instructor notebooks")
     student.add_argument("dest_dir", metavar="DEST_DIR", help="folder to write the copies to")
+
+    solutions = commands.add_parser(
+        "solutions", help="write one solutions page (markdown) a notebook, for the book",
+        description="Write DEST_DIR/<notebook>.md for every *.ipynb in SRC_DIR: the code of its solution cells.")
+    solutions.add_argument("src_dir", metavar="SRC_DIR", help="folder of instructor notebooks")
+    solutions.add_argument("dest_dir", metavar="DEST_DIR", help="folder to write the pages to")
+    table = commands.add_parser("exercise-table", help="write the instructors' table of every exercise (markdown)")
+    table.add_argument("out", metavar="FILE", help="file to write")
 
     grade = commands.add_parser(
         "grade",
@@ -846,6 +933,13 @@ def main(argv: list[str] | None = None) -> int:
         if arguments.command == "student":
             for path in make_student_copies(arguments.src_dir, arguments.dest_dir):
                 print(f"wrote {path}")
+        elif arguments.command == "solutions":
+            for path in make_solutions_pages(arguments.src_dir, arguments.dest_dir):
+                print(f"wrote {path}")
+        elif arguments.command == "exercise-table":
+            Path(arguments.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(arguments.out).write_text(exercise_table(), encoding="utf-8")
+            print(f"wrote {arguments.out}")
         elif arguments.command == "execute":
             for path in arguments.notebooks:
                 print(f"executing {path} ...", file=sys.stderr)

@@ -103,15 +103,46 @@ def test_solution_cell_keeps_its_tags_but_hide_input(tmp_path):
     assert cell.metadata["tags"] == ["solution", "nbval-ignore-output"]
 
 
-def test_outputs_and_execution_counts_are_cleared(tmp_path):
-    executed = new_code_cell(
-        "print(1)",
-        execution_count=3,
-        outputs=[new_output("stream", name="stdout", text="1\n")],
-    )
-    (cell,) = student_copy_of(tmp_path, [executed])
-    assert cell.outputs == []
-    assert cell.execution_count is None
+def test_outputs_of_solutions_and_checkers_are_cleared_and_run_metadata_dropped(tmp_path):
+    def executed(source, tags=()):
+        return new_code_cell(source, execution_count=3, outputs=[new_output("stream", name="stdout", text="1\n")],
+                             metadata={"tags": list(tags), "execution": {"iopub.execute_input": "2026-11-26"}})
+
+    lesson, answer, checker = student_copy_of(
+        tmp_path, [executed("print(1)"), executed(ANSWER, ["solution"]), executed("check_x(answer())", ["checker"])])
+    assert [output["text"] for output in lesson.outputs] == ["1\n"]  # the book's page shows the course's outputs
+    assert answer.outputs == [] and checker.outputs == []  # they came from the solution
+    assert all(cell.execution_count is None and "execution" not in cell.metadata for cell in (lesson, answer, checker))
+
+
+def test_each_exercise_links_its_chapters_solutions_page(tmp_path):
+    source = write_notebook(tmp_path / "lesson.ipynb", [new_markdown_cell("### Exercise 1.1: a task\n\nDo it.")])
+    (task,) = read_cells(make_student_copy(source, tmp_path / "student" / "lesson.ipynb"))
+    assert task.source.startswith("### Exercise 1.1: a task\n\nDo it.\n\n")
+    assert task.source.endswith("[this chapter's solutions page](../book/solutions/lesson.md).")
+
+
+def test_solutions_page_shows_each_answer_without_markers(tmp_path):
+    source = write_notebook(tmp_path / "lesson.ipynb", [
+        new_markdown_cell("# A lesson"), *exercise("1.1", ANSWER, "check_x(answer())")])
+    (page,) = instructor.make_solutions_pages(tmp_path, tmp_path / "pages")
+    text = page.read_text()
+    assert text.startswith("# Solutions: A lesson\n")
+    assert "## Exercise 1.1" in text and "def answer():\n    return 2" in text and "SOLUTION" not in text
+
+
+def test_the_exercise_table_lists_every_exercise():
+    table = instructor.exercise_table()
+    assert all(f"| {exercise.number} | {exercise.title} |" in table for exercise in instructor_exercises())
+
+
+def test_the_committed_student_copies_are_current(tmp_path):
+    """The book's chapters and the launch buttons open student/: after changing a notebook, make student."""
+    fresh = {path.name: path for path in make_student_copies(REPO_ROOT / "notebooks", tmp_path)}
+    committed = sorted((REPO_ROOT / "student").glob("*.ipynb"))
+    assert [path.name for path in committed] == sorted(fresh), "student/ and notebooks/ hold different notebooks"
+    for path in committed:
+        assert path.read_text() == fresh[path.name].read_text(), f"student/{path.name} is stale: run make student"
 
 
 def test_cells_tagged_remove_in_student_are_dropped(tmp_path):
@@ -243,6 +274,18 @@ def test_course_exercise_cells_carry_nbgrader_metadata(notebook):
         assert read.cells[cell.cell_index].metadata.get("nbgrader") == nbgrader_metadata(cell.role, cell.grade_id)
 
 
+def instructor_exercises():
+    from course_lib.teaching.exercises import EXERCISES
+
+    return EXERCISES
+
+
+def _output_text(output):
+    """The text an output shows (printed or a value's repr), where a printed answer would be."""
+    text = output.get("text", "") or output.get("data", {}).get("text/plain", "")
+    return "".join(text) if isinstance(text, list) else text
+
+
 def _solution_lines(source):
     """The lines between the markers of a solution cell, stripped."""
     lines, inside = [], False
@@ -259,7 +302,8 @@ def test_no_student_copy_holds_an_answer_elsewhere(notebook, tmp_path):
     """Most lines of an answer printed in another cell would give the exercise away."""
     answers = [_solution_lines(cell.source) for cell in read_cells(notebook) if "solution" in cell.metadata.get("tags", [])]
     student_text = {line.strip() for cell in read_cells(make_student_copy(notebook, tmp_path / notebook.name))
-                    for line in cell.source.split("\n")}
+                    for text in [cell.source, *map(_output_text, cell.get("outputs", []))]
+                    for line in text.split("\n")}
     for answer in answers:
         distinctive = [line for line in answer if len(line) > 20]
         found = [line for line in distinctive if line in student_text]
