@@ -122,26 +122,30 @@ def test_the_book_has_math():
     assert sum((HTML / f"{name}.html").read_text().count('class="math') for name in toc_pages()) > 100
 
 
-def _answer_lines(page_name):
-    """The distinctive lines of the answers to a chapter's exercises, from the instructors'
-    notebook (notebooks/<chapter>.ipynb) that the page's student copy was made from."""
+def _answers(page_name):
+    """The distinctive lines (over 20 characters) of each answer to a chapter's exercises,
+    from the instructors' notebook (notebooks/<chapter>.ipynb) the page's student copy was made from."""
     source = ROOT / "notebooks" / f"{Path(page_name).name}.ipynb"
-    lines, inside = [], False
+    answers = []
     for cell in json.loads(source.read_text())["cells"]:
+        inside = False
         for line in "".join(cell["source"]).split("\n"):
             if line.strip() in ("# BEGIN SOLUTION", "# END SOLUTION"):
                 inside = line.strip() == "# BEGIN SOLUTION"
+                if inside:
+                    answers.append([])
             elif inside and len(line.strip()) > 20:
-                lines.append(line.strip())
-    return lines
+                answers[-1].append(line.strip())
+    return answers
 
 
 @pytest.mark.parametrize("name", [name for name in toc_pages() if notebook_cells(name)])
 def test_chapter_page_holds_no_answer_and_launches_the_student_copy(page, name):
     open_page(page, name)
     text = page.locator("main").inner_text()
-    shown = [line for line in _answer_lines(name) if line in text]
-    assert shown == [], f"{name}: the page shows lines of its exercises' answers: {shown[:3]}"
+    for answer in _answers(name):  # a line or two are idioms the chapter teaches; more gives the answer away
+        shown = [line for line in answer if line in text]
+        assert len(shown) <= len(answer) // 3, f"{name}: the page shows these lines of an answer: {shown}"
     assert "# YOUR CODE HERE" in text, f"{name}: the exercises' stubs are not on the page"
     owner_and_name = re.sub(r"^https://github\.com/", "", CONFIG["repository"]["url"])
     expected_link = (f"{CONFIG['launch_buttons']['colab_url']}/github/{owner_and_name}/blob/"
@@ -157,5 +161,5 @@ def test_chapter_page_holds_no_answer_and_launches_the_student_copy(page, name):
 def test_solutions_page_shows_every_answer(page, name):
     open_page(page, name)
     text = page.locator("main").inner_text()
-    missing = [line for line in _answer_lines(name) if line not in text]
+    missing = [line for answer in _answers(name) for line in answer if line not in text]
     assert missing == [], f"{name}: answer lines missing from the solutions page: {missing[:3]}"

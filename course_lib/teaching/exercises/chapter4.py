@@ -3,80 +3,22 @@
 import math
 
 import torch
+import triton
 
+from ...core import references
 from ...core.runtime import DEVICE
 from ..checking import ExerciseError, compare, run_student_code
-from .common import Exercise, hidden_case, random_size, random_matrix, run_quietly, without_mask_hints, matches
+from ..student_kernels import kernel_runs, report_speed, require_kernel
+from .common import Exercise, hidden_case, random_size, random_matrix, without_mask_hints, matches
 
-__all__ = ["check_coor_descent_step", "check_routing_weights", "check_row_logsumexp_of_min", "check_da_next_da"]
+__all__ = ["check_routing_weights", "launch_row_logsumexp_of_min", "check_row_logsumexp_of_min",
+           "launch_coor_descent_row", "check_coor_descent_row"]
 # The chapter's exercises, in order, for the instructors' notes.
 EXERCISES = (
-    Exercise('4.1', 'one step of the scalar recurrence', 'check_coor_descent_step', kernel=False, skills='the coordinate-descent update', difficulty=1, minutes=10),
-    Exercise('4.2', 'the routing weights', 'check_routing_weights', kernel=False, skills='the weights from a and b', difficulty=1, minutes=10),
-    Exercise('4.3', 'the log-sum-exp of the clipped row', 'check_row_logsumexp_of_min', kernel=True, skills='a clipped log-sum-exp in a kernel', difficulty=3, minutes=30),
-    Exercise('4.4', 'the derivative of one step', 'check_da_next_da', kernel=False, skills='differentiating the recurrence', difficulty=2, minutes=15),
+    Exercise('4.1', 'the routing weights', 'check_routing_weights', kernel=False, skills='the weights from a and b', difficulty=1, minutes=10),
+    Exercise('4.2', 'the log-sum-exp of the clipped row', 'check_row_logsumexp_of_min', kernel=True, skills='a clipped log-sum-exp in a kernel, -inf padding, the max subtracted', difficulty=3, minutes=30),
+    Exercise('4.3', 'the whole iteration in one program', 'check_coor_descent_row', kernel=True, skills='a loop carrying a scalar state, a row kept in registers through every iteration, an ε schedule', difficulty=4, minutes=45),
 )
-
-
-
-def _step_reference64(s, a, logk, eps):
-    """a_{t+1} from a_t the reference's way, through b = -relu(s + a_t); float64, shape s.shape[:-1]."""
-    b = -torch.relu(s + a[..., None])
-    return eps * (logk - torch.logsumexp((s + b) / eps, dim=-1))
-
-
-def _step_variant64(s, a, logk, eps, sign=-1.0, eps_outside=True, eps_inside=True):
-    """The step with one of the usual mistakes, for hints."""
-    inner = torch.minimum(s, sign * a[..., None])
-    lse = torch.logsumexp(inner / eps if eps_inside else inner, dim=-1)
-    return eps * logk - (eps * lse if eps_outside else lse)
-
-
-_STEP_MISTAKES = [
-    (dict(sign=1.0), "s + b = s - relu(s + a_t) = min(s, -a_t): the minimum is taken with -a_t, not a_t"),
-    (dict(eps_outside=False), "a_{t+1} = eps * (log k - LSE(...)): the logsumexp is multiplied by eps too"),
-    (dict(eps_inside=False), "divide min(s, -a_t) by eps inside the logsumexp"),
-]
-
-
-def check_coor_descent_step(coor_descent_step):
-    """Exercise 4.1: ``coor_descent_step(s, a, logk, eps)`` returns a_{t+1} = eps * log k - eps *
-    logsumexp_j(min(s_j, -a_t) / eps) for s (..., n) and a (...) in float64."""
-    name = "Exercise 4.1 (coor_descent_step)"
-    random_rows = torch.randn(6, 20, dtype=torch.float64)
-    nothing_clipped = torch.randn(5, 33, dtype=torch.float64)
-    all_clipped = torch.randn(5, 33, dtype=torch.float64)
-    large = (torch.rand(7, 100, dtype=torch.float64) * 2 - 1) * 1e3
-    batched = torch.randn(2, 3, 17, dtype=torch.float64)
-    one = torch.randn(4, 1, dtype=torch.float64)
-    cases = [
-        (random_rows, -random_rows.quantile(0.7, dim=-1), math.log(5), 0.1, "random rows, -a inside each row"),
-        (one, torch.randn(4, dtype=torch.float64), math.log(0.5), 0.3, "rows of one score"),
-        (nothing_clipped, -nothing_clipped.amax(dim=-1) - 1, math.log(3), 0.2,
-         "-a above every score, so min(s, -a) = s"),
-        (all_clipped, -all_clipped.amin(dim=-1) + 1, math.log(3), 0.2,
-         "-a below every score, so min(s, -a) = -a everywhere"),
-        (batched, -batched.median(dim=-1).values, math.log(4), 0.1, "s of shape (2, 3, 17), a of shape (2, 3)"),
-        (large, -large.median(dim=-1).values, math.log(10), 0.01,
-         "scores up to ±1e3 with eps = 0.01 (exp overflows: use torch.logsumexp, which subtracts the max)"),
-    ]
-    cases += hidden_case(lambda: (lambda s: (s, -s.quantile(0.7, dim=-1), math.log(random_size(1, s.shape[-1])), 0.1,
-                                         "random rows"))(random_matrix(8, 60)))
-    for s, a, logk, eps, kind in cases:
-        what = f"{name}, s of shape {tuple(s.shape)}, eps = {eps:g}, {kind}"
-        with torch.no_grad():  # the answer must come from the formula, not from autograd
-            got = run_student_code(name, coor_descent_step, s.clone(), a.clone(), logk, eps)
-        expected = _step_reference64(s, a, logk, eps)
-        try:
-            compare(f"{what} (one a per row; wrong indices are rows)", got, expected, rtol=1e-9, atol=1e-9)
-        except ExerciseError as error:
-            hint = next((text for mistake, text in _STEP_MISTAKES
-                         if matches(got, _step_variant64(s, a, logk, eps, **mistake))), None)
-            if hint is None and isinstance(got, torch.Tensor) and not got.isfinite().all():
-                hint = "exp((...) / eps) overflowed: compute the logsumexp with torch.logsumexp"
-            raise ExerciseError(str(error) + (f"\n  hint: {hint}" if hint else "")) from None
-    print(f"Exercise 4.1 passed: {len(cases)} cases, -a inside, above and below the scores, "
-          "batched rows and scores up to ±1e3.")
 
 
 def _routing_reference64(a, s, eps, mask):
@@ -87,9 +29,9 @@ def _routing_reference64(a, s, eps, mask):
 
 
 def check_routing_weights(routing_weights):
-    """Exercise 4.2: ``routing_weights(a, s, eps, mask=None)`` returns y = exp(min(s + a, 0) / eps),
+    """Exercise 4.1: ``routing_weights(a, s, eps, mask=None)`` returns y = exp(min(s + a, 0) / eps),
     exactly 0 where mask is False, for s (..., n) and a (...) in float64."""
-    name = "Exercise 4.2 (routing_weights)"
+    name = "Exercise 4.1 (routing_weights)"
     s = torch.randn(5, 12, dtype=torch.float64)
     big = torch.randn(4, 9, dtype=torch.float64)
     masked = torch.randn(6, 25, dtype=torch.float64)
@@ -136,8 +78,29 @@ def check_routing_weights(routing_weights):
                     else:
                         hint = "only masked positions are wrong: y must be exactly 0 where mask is False"
             raise ExerciseError(without_mask_hints(error) + (f"\n  hint: {hint}" if hint else "")) from None
-    print(f"Exercise 4.2 passed: {len(cases)} cases, with and without masks, NaN under the mask, "
+    print(f"Exercise 4.1 passed: {len(cases)} cases, with and without masks, NaN under the mask, "
           "y clipped at 1 and batched rows.")
+
+
+def _warps(block):
+    """Enough warps that a row of `block` lanes holds 8 to 16 of them a thread."""
+    return max(1, min(16, block // 256))
+
+
+# ------------------------------------------------- Exercise 4.2: the log-sum-exp of the clipped row
+
+
+def launch_row_logsumexp_of_min(row_logsumexp_of_min_kernel, s, a, eps, out=None, block_cols=None):
+    """How exercise 4.2's checker launches the kernel: one program a row of the 2-D ``s``,
+    ``BLOCK_COLS`` the next power of 2 of its width (the whole row); ``out`` of shape
+    ``(rows,)``, filled with NaN when not given."""
+    n_rows, n_cols = s.shape
+    if out is None:
+        out = torch.full((n_rows,), float("nan"), device=s.device)
+    block_cols = block_cols or triton.next_power_of_2(n_cols)
+    row_logsumexp_of_min_kernel[(n_rows,)](s, a, out, n_cols, eps, s.stride(0), s.stride(1),
+                                           BLOCK_COLS=block_cols, num_warps=_warps(block_cols))
+    return out
 
 
 def _lse_of_min64(s, a, eps, pad=0, sign=-1.0, divide=True):
@@ -150,99 +113,228 @@ def _lse_of_min64(s, a, eps, pad=0, sign=-1.0, divide=True):
     return torch.logsumexp(inner / eps if divide else inner, dim=-1)
 
 
-def check_row_logsumexp_of_min(row_logsumexp_of_min):
-    """Exercise 4.3: ``row_logsumexp_of_min(s, a, eps)`` returns logsumexp_j(min(s_ij, -a_i) / eps)
-    for each row i of a 2-D float32 s, with a of shape (rows,)."""
-    name = "Exercise 4.3 (row_logsumexp_of_min)"
+def _row_logsumexp_of_min_hint(got, s, a, eps, large):
+    """The usual mistake behind a wrong row_logsumexp_of_min, or None."""
+    if not isinstance(got, torch.Tensor):
+        return None
+    if large and not got.detach().isfinite().all():
+        return ("exp overflowed float32 (past exp(88) it is inf): subtract the row's largest "
+                "min(s_j, -a_i) / eps before tl.exp and add it back after tl.log")
+    n_cols = s.shape[1]
+    pad = triton.next_power_of_2(n_cols) - n_cols
+    candidates = [
+        (_lse_of_min64(s, a, eps, sign=1.0), "the minimum is taken with -a_i, not a_i"),
+        (_lse_of_min64(s, a, eps, divide=False), "divide min(s, -a) by eps before the exponential"),
+    ]
+    if pad:
+        candidates.append((_lse_of_min64(s, a, eps, pad=pad),
+                           "the lanes past the end of the row count: load them with "
+                           "other=float('-inf'), so that min(-inf, -a) = -inf and exp gives 0"))
+    return next((text for candidate, text in candidates if matches(got, candidate, rtol=1e-5, atol=1e-4)), None)
+
+
+def check_row_logsumexp_of_min(row_logsumexp_of_min_kernel):
+    """Exercise 4.2: ``row_logsumexp_of_min_kernel``, launched by :func:`launch_row_logsumexp_of_min`,
+    writes logsumexp_j(min(s_ij, -a_i) / eps) for each row i of a 2-D float32 s of any strides."""
+    name = "Exercise 4.2 (row_logsumexp_of_min_kernel)"
+    kernel = require_kernel(name, row_logsumexp_of_min_kernel, "row_logsumexp_of_min_kernel")
     inputs = []
     for n_rows, n_cols in [(4, 1), (6, 3), (5, 16), (9, 17), (7, 100)] + hidden_case(lambda: (random_size(1, 20), random_size(1, 150))):
         s = torch.randn(n_rows, n_cols, device=DEVICE)
-        inputs.append((s, -s.median(dim=-1).values, 0.1, ""))
+        inputs.append((s, -s.median(dim=-1).values, 0.1, "", False))
     large = (torch.rand(7, 100, device=DEVICE) * 2 - 1) * 1e3
     inputs.append((large, -large.median(dim=-1).values, 0.01,
-                   " with scores up to ±1e3 and eps = 0.01 (exp overflows unless the row max is subtracted first)"))
+                   " with scores up to ±1e3 and eps = 0.01 (exp overflows unless the row max is subtracted first)",
+                   True))
     below = torch.randn(5, 20, device=DEVICE)
-    inputs.append((below, -below.amin(dim=-1) + 2, 0.1, " with -a below every score (min(s, -a) = -a everywhere)"))
+    inputs.append((below, -below.amin(dim=-1) + 2, 0.1, " with -a below every score (min(s, -a) = -a everywhere)",
+                   False))
     sliced = torch.randn(12, 40, device=DEVICE)[:, :33]
     inputs.append((sliced, -sliced.median(dim=-1).values, 0.1,
-                   f", s = wide[:, :33] whose rows are {sliced.stride(0)} elements apart (use stride_s_row)"))
-    for s, a, eps, kind in inputs:
-        n_cols = s.shape[1]
-        what = f"{name}, s of shape {tuple(s.shape)}, eps = {eps:g}{kind}"
-        got = run_quietly(name, row_logsumexp_of_min, s, a.contiguous(), eps)
+                   f", s = wide[:, :33] whose rows are {sliced.stride(0)} elements apart (use stride_s_row)", False))
+    transposed = torch.randn(21, 9, device=DEVICE).t()
+    inputs.append((transposed, -transposed.median(dim=-1).values, 0.1,
+                   f", a transposed s (strides {transposed.stride()}: use stride_s_col)", False))
+    for s, a, eps, kind, large in inputs:
+        what = f"{name}, s of shape {tuple(s.shape)}, eps = {eps:g}{kind} (one value per row; wrong indices are rows)"
         expected = _lse_of_min64(s, a, eps)
-        try:
-            compare(f"{what} (one value per row; wrong indices are rows)", got, expected, rtol=1e-5, atol=1e-4)
-        except ExerciseError as error:
-            pad = (1 << (n_cols - 1).bit_length()) - n_cols
-            candidates = [
-                (_lse_of_min64(s, a, eps, sign=1.0), "the minimum is taken with -a_i, not a_i"),
-                (_lse_of_min64(s, a, eps, divide=False), "divide min(s, -a) by eps before the exponential"),
-            ]
-            if pad:
-                candidates.append((_lse_of_min64(s, a, eps, pad=pad),
-                                   "the lanes past the end of the row count: load them with "
-                                   "other=float('-inf'), so that min(-inf, -a) = -inf and exp gives 0"))
-            hint = next((text for candidate, text in candidates if matches(got, candidate, rtol=1e-5, atol=1e-4)),
-                        None)
-            raise ExerciseError(str(error) + (f"\n  hint: {hint}" if hint else "")) from None
-    print(f"Exercise 4.3 passed: {len(inputs)} cases, widths 1 to 100, scores up to ±1e3, "
-          "-a below every score and a sliced s.")
+        for how, got in kernel_runs(name, launch_row_logsumexp_of_min, kernel, s, a.contiguous(), eps):
+            try:
+                compare(what + (f", {how}" if how else ""), got, expected, rtol=1e-5, atol=1e-4)
+            except ExerciseError as error:
+                hint = _row_logsumexp_of_min_hint(got, s, a, eps, large)
+                raise ExerciseError(str(error) + (f"\n  hint: {hint}" if hint else "")) from None
+    print(f"Exercise 4.2 passed: {len(inputs)} cases, widths 1 to 100, scores up to ±1e3, "
+          "-a below every score, a sliced and a transposed s.")
+    s = torch.randn(16384, 4096, device=DEVICE) if DEVICE != "cpu" else None
+    if s is not None:
+        a, out = -s.median(dim=-1).values, torch.empty(16384, device=DEVICE)
+    report_speed(name, lambda: launch_row_logsumexp_of_min(kernel, s, a, 0.1, out), 16384 * 4096 * 4 + 2 * 16384 * 4,
+                 against=("torch's logsumexp(minimum(s, -a) / eps)",
+                          lambda: torch.logsumexp(torch.minimum(s, -a[:, None]) / 0.1, dim=-1)),
+                 advice="each program should read its row once, with contiguous columns (cols * stride_s_col, "
+                        "stride 1 here), and reduce it in registers: one tl.max and one tl.sum")
 
 
-def _da_next_da64(s, a, eps):
-    """d a_{t+1} / d a_t by autograd through the reference's step (log k plays no part)."""
-    a = a.detach().clone().requires_grad_()
-    (grad,) = torch.autograd.grad(_step_reference64(s, a, math.log(3.0), eps).sum(), a)
-    return grad
+# ------------------------------------------------- Exercise 4.3: the whole iteration in one program
 
 
-def _da_variants64(s, a, eps):
-    """(answer, hint) for the usual mistakes."""
-    clipped = s > -a[..., None]
-    p = torch.softmax(torch.minimum(s, -a[..., None]) / eps, dim=-1)
-    right = (p * clipped).sum(dim=-1)
-    return [
-        ((p * ~clipped).sum(dim=-1), "a_t enters where the minimum takes -a_t, that is where s_j > -a_t, "
-                                     "not where it takes s_j"),
-        (-right, "the sign: a_{t+1} = ... - eps * LSE(min(s, -a_t) / eps), and min(s_j, -a_t) falls as a_t "
-                 "rises, so the two minus signs cancel"),
-        (eps * right, "no factor eps: the eps in front of the logsumexp cancels the 1/eps inside it"),
-        (right / eps, "no factor 1/eps: the eps in front of the logsumexp cancels the 1/eps inside it"),
-        ((torch.softmax(s / eps, dim=-1) * clipped).sum(dim=-1),
-         "p is the softmax of min(s, -a_t) / eps, the terms of the logsumexp, not of s / eps"),
-        (torch.ones_like(right), "the sum of all p_j is 1: only positions where the minimum takes -a_t count"),
+def _eps_schedule(n_iters, eps, eps_init=None, eps_decay=1.0):
+    """ε of iterations 0 … n_iters − 1, then the ε that y divides by: as references.coor_descent."""
+    current, values = max(eps if eps_init is None else eps_init, eps), []
+    for _ in range(n_iters + 1):
+        values.append(current)
+        current = max(current * eps_decay, eps)
+    return values
+
+
+def launch_coor_descent_row(coor_descent_row_kernel, s, k, n_iters, eps=0.1, eps_init=None, eps_decay=1.0,
+                            out=None, block=None):
+    """How exercise 4.3's checker launches the kernel: one program a row of the 2-D ``s``,
+    ``BLOCK`` the next power of 2 of its width (the whole row); ``y`` contiguous, of ``s``'s
+    shape, filled with NaN when not given. The ε schedule is references.coor_descent's:
+    ``eps_start = max(eps_init, eps)``, then ``ε ← max(ε · eps_decay, eps)`` after each iteration."""
+    n_rows, n_cols = s.shape
+    if out is None:
+        out = torch.full((n_rows, n_cols), float("nan"), device=s.device)
+    block = block or triton.next_power_of_2(n_cols)
+    eps_start = _eps_schedule(0, eps, eps_init)[0]
+    coor_descent_row_kernel[(n_rows,)](s, out, n_cols, s.stride(0), s.stride(1), out.stride(0),
+                                       float(k), n_iters, eps_start, float(eps_decay), float(eps),
+                                       BLOCK=block, num_warps=_warps(block))
+    return out
+
+
+def _coor_descent_variant64(s, k, n_iters, schedule, *, pad=float("-inf"), count_block=False, clip="min",
+                            carried=True, from_zero=False, y_eps_index=-1):
+    """y after the scalar recurrence done with one of the usual mistakes, in float64 (the
+    defaults give the right y). The row is padded to the kernel's BLOCK lanes, holding
+    ``pad``, as a kernel sees it; ``count_block``: n counts those lanes too."""
+    s64 = s.detach().to("cpu", torch.float64)
+    n = s64.shape[1]
+    block = triton.next_power_of_2(n)
+    row = torch.cat([s64, s64.new_full((s64.shape[0], block - n), pad)], dim=1)
+    epsilons, logk = _eps_schedule(n_iters, **schedule), math.log(k)
+    clipped = {"min": lambda a: torch.minimum(row, -a), "max": lambda a: torch.maximum(row, -a),
+               "min with a": lambda a: torch.minimum(row, a), "min of s + a and 0": lambda a: torch.clamp(row + a, max=0.0)}[clip]
+    if from_zero:  # T steps of the clipped recurrence from a = 0
+        a, first = s64.new_zeros(s64.shape[0], 1), 0
+    else:  # a_1: s + b = 0 on the n scores of the row
+        a, first = s64.new_full((s64.shape[0], 1), epsilons[0] * (logk - math.log(block if count_block else n))), 1
+    start = a
+    for t in range(first, n_iters):
+        a = epsilons[t] * (logk - torch.logsumexp(clipped(a if carried else start) / epsilons[t], dim=-1, keepdim=True))
+    return torch.exp(torch.clamp(s64 + a, max=0.0) / epsilons[y_eps_index])
+
+
+def _coor_descent_without_max32(s, k, n_iters, schedule):
+    """The kernel's y in float32 with exp taken of min(s, -a) / eps directly, the largest term
+    not subtracted: inf past exp(88), then a = -inf."""
+    s32 = s.detach().to("cpu", torch.float32)
+    epsilons, logk = _eps_schedule(n_iters, **schedule), math.log(k)
+    a = torch.full((s32.shape[0], 1), epsilons[0] * (logk - math.log(s32.shape[1])))
+    for t in range(1, n_iters):
+        a = epsilons[t] * logk - epsilons[t] * torch.exp(torch.minimum(s32, -a) / epsilons[t]).sum(-1, keepdim=True).log()
+    return torch.exp(torch.clamp(s32 + a, max=0.0) / epsilons[-1])
+
+
+def _coor_descent_row_hint(got, s, k, n_iters, schedule, large):
+    """The usual mistake behind a wrong y, or None."""
+    if not isinstance(got, torch.Tensor) or got.shape != s.shape:
+        return None
+    variant = lambda **mistake: _coor_descent_variant64(s, k, n_iters, schedule, **mistake)  # noqa: E731
+    candidates = [
+        (lambda: variant(carried=False),
+         "every iteration starts again from a_1: the state is not carried, so assign each new a to the "
+         "variable the next iteration reads"),
+        (lambda: variant(clip="max"),
+         "max(s_j, -a_t) where the recurrence has min(s_j, -a_t): s + b = s - relu(s + a) caps each score at -a"),
+        (lambda: variant(clip="min with a"), "the clip is at -a_t, not a_t: s + b = min(s, -a_t)"),
+        (lambda: variant(clip="min of s + a and 0"),
+         "inside the log-sum-exp the clipped score is min(s_j, -a_t), not min(s_j + a_t, 0) "
+         "(which is min(s_j, -a_t) + a_t; that form is the output's)"),
+        (lambda: variant(pad=0.0),
+         "the lanes past the end of the row count: load them with other=float('-inf'), so that "
+         "min(-inf, -a) = -inf and exp gives 0 there"),
+        (lambda: variant(count_block=True),
+         "the first iteration's n counts the lanes past the end of the row: n is the number of scores "
+         "(n_cols), not BLOCK"),
+        (lambda: variant(from_zero=True),
+         "the first iteration starts from b = -s, where s + b = 0 on every score, so "
+         "a_1 = eps_0 (log k - log n): it is not the clipped step applied to a = 0"),
+        (lambda: _coor_descent_variant64(s, k, n_iters - 1, schedule) if n_iters > 1 else None,
+         f"one iteration fewer than n_iters = {n_iters}: a_1 is the first iteration, so the loop after it "
+         "runs n_iters - 1 times"),
+        (lambda: _coor_descent_variant64(s, k, n_iters + 1, schedule),
+         f"one iteration more than n_iters = {n_iters}: a_1 is the first iteration, so the loop after it "
+         "runs n_iters - 1 times"),
+        (lambda: variant(y_eps_index=-2),
+         "y divides by the ε reached after the last iteration's decay (ε_T), not by the last iteration's "
+         "ε_{T-1}: decay once more after the loop"),
+        (lambda: _coor_descent_without_max32(s, k, n_iters, schedule),
+         "exp overflowed float32 (past exp(88) it is inf, and then a = -inf): subtract the largest "
+         "min(s_j, -a_t), which is min(max_j s_j, -a_t), before the exponential"),
     ]
+    for candidate, text in candidates:
+        expected = candidate()
+        if expected is not None and matches(got, expected, rtol=1e-3, atol=1e-4):
+            return text
+    if large and not got.detach().isfinite().all():
+        return candidates[-1][1]
+    return None
 
 
-def check_da_next_da(da_next_da):
-    """Exercise 4.4: ``da_next_da(s, a, eps)`` returns d a_{t+1} / d a_t = sum_j p_j [s_j > -a_t],
-    p = softmax(min(s, -a_t) / eps), for s (..., n) and a (...) in float64, without autograd."""
-    name = "Exercise 4.4 (da_next_da)"
-    random_rows = torch.randn(6, 20, dtype=torch.float64)
-    smooth = torch.randn(4, 30, dtype=torch.float64)
-    edges = torch.randn(4, 15, dtype=torch.float64)
-    batched = torch.randn(2, 3, 17, dtype=torch.float64)
-    one = torch.randn(4, 1, dtype=torch.float64)
-    cases = [
-        (random_rows, -random_rows.quantile(0.6, dim=-1), 0.1, "random rows, -a inside each row"),
-        (smooth, -smooth.quantile(0.8, dim=-1), 0.7, "a large eps"),
-        (edges, torch.cat([-edges[:2].amin(dim=-1) + 1, -edges[2:].amax(dim=-1) - 1]), 0.1,
-         "-a below every score (rows 0-1) and above every score (rows 2-3)"),
-        (one, torch.tensor([-1.0, 1.0, -1.0, 1.0], dtype=torch.float64) - one[:, 0], 0.3, "rows of one score"),
-        (batched, -batched.median(dim=-1).values, 0.2, "s of shape (2, 3, 17), a of shape (2, 3)"),
+def check_coor_descent_row(coor_descent_row_kernel):
+    """Exercise 4.3: ``coor_descent_row_kernel``, launched by :func:`launch_coor_descent_row`, runs
+    the n_iters iterations of the scalar recurrence on each row of a 2-D float32 s (any strides),
+    the row held by one program, and writes y: references.coor_descent's, without a mask."""
+    name = "Exercise 4.3 (coor_descent_row_kernel)"
+    kernel = require_kernel(name, coor_descent_row_kernel, "coor_descent_row_kernel")
+    fixed, falling = dict(eps=0.1), dict(eps=0.03, eps_init=4.0, eps_decay=0.7)
+    cases = [  # (s, k, n_iters, ε schedule, what, large scores)
+        (torch.randn(4, 1, device=DEVICE), 1.0, 3, fixed, "rows of one score", False),
+        (torch.randn(3, 5, device=DEVICE), 2.0, 1, fixed, "one iteration", False),
+        (torch.randn(4, 17, device=DEVICE), 3.5, 2, fixed, "two iterations", False),
+        (torch.randn(5, 100, device=DEVICE), 10.0, 20, fixed, "20 iterations", False),
+        (torch.randn(3, 64, device=DEVICE), 8.0, 5, falling, "ε from 4 down by 0.7, 5 iterations", False),
+        (torch.randn(2, 100, device=DEVICE), 0.5, 20, falling, "ε from 4 down to 0.03, 20 iterations", False),
+        (torch.randn(3, 40, device=DEVICE), 40.0, 7, dict(eps=0.2), "k = n (every y near 1)", False),
+        ((torch.rand(3, 50, device=DEVICE) * 2 - 1) * 20, 5.0, 12, dict(eps=0.05),
+         "scores up to ±20 and eps = 0.05 (exp overflows past 88 unless the largest term is subtracted)", True),
     ]
-    cases += hidden_case(lambda: (lambda s: (s, -s.quantile(0.6, dim=-1), 0.1, "random rows"))(random_matrix(8, 60)))
-    for s, a, eps, kind in cases:
-        what = f"{name}, s of shape {tuple(s.shape)}, eps = {eps:g}, {kind}"
-        with torch.no_grad():  # the answer must come from the formula, not from autograd
-            got = run_student_code(name, da_next_da, s.clone(), a.clone(), eps)
-        expected = _da_next_da64(s, a, eps)
-        try:
-            compare(f"{what} (one derivative per row; wrong indices are rows)", got, expected,
-                    rtol=1e-9, atol=1e-12)
-        except ExerciseError as error:
-            hint = next((text for candidate, text in _da_variants64(s, a, eps) if matches(got, candidate)), None)
-            raise ExerciseError(str(error) + (f"\n  hint: {hint}" if hint else "")) from None
-    print(f"Exercise 4.4 passed: {len(cases)} cases, -a inside, below and above the scores, "
-          "a large eps and batched rows.")
+    transposed = torch.randn(30, 6, device=DEVICE).t()
+    cases.append((transposed, 4.0, 10, fixed, f"a transposed s (strides {transposed.stride()}: use stride_s_col)",
+                  False))
+    sliced = torch.randn(4, 48, device=DEVICE)[:, :33]
+    cases.append((sliced, 6.0, 10, fixed, f"s = wide[:, :33] whose rows are {sliced.stride(0)} elements apart "
+                                          "(use stride_s_row)", False))
+    cases += hidden_case(lambda: (torch.randn(random_size(1, 6), random_size(1, 100), device=DEVICE),
+                                  float(random_size(1, 12)), random_size(1, 20), falling, "random rows", False))
+    for s, k, n_iters, schedule, kind, large in cases:
+        settings = ", ".join(f"{key} = {value:g}" for key, value in schedule.items())
+        what = f"{name}, s of shape {tuple(s.shape)}, k = {k:g}, n_iters = {n_iters}, {settings}, {kind}"
+        expected = references.coor_descent(s.double(), n_iters=n_iters, k=k, **schedule)
+        for how, got in kernel_runs(name, launch_coor_descent_row, kernel, s, k, n_iters, *_launch_schedule(schedule)):
+            try:
+                compare(what + (f", {how}" if how else ""), got, expected, rtol=1e-4, atol=2e-5, show_picture=True)
+            except ExerciseError as error:
+                hint = _coor_descent_row_hint(got, s, k, n_iters, schedule, large)
+                raise ExerciseError(str(error) + (f"\n  hint: {hint}" if hint else "")) from None
+    print(f"{name.split(' (')[0]} passed: {len(cases)} cases, rows of 1 to 100 scores, 1 to 20 iterations, "
+          "fixed and falling ε, scores up to ±20, a transposed and a sliced s.")
+    s = torch.randn(16384, 1024, device=DEVICE) if DEVICE != "cpu" else None
+    out = torch.empty_like(s) if s is not None else None
+    from ...kernels.coor_descent_op import coor_descent
+
+    report_speed(name, lambda: launch_coor_descent_row(kernel, s, 128, 20, **falling, out=out), 2 * 16384 * 1024 * 4,
+                 against=("course_lib.coor_descent", lambda: coor_descent(s, n_iters=20, k=128, **falling)),
+                 target=0.15,
+                 advice="read s once and keep the row in registers through every iteration; take the row max "
+                        "once, before the loop, so that each iteration has one reduction (the largest "
+                        "min(s_j, -a) is min(max_j s_j, -a)); and multiply by 1 / eps rather than divide each "
+                        "element by eps")
+
+
+def _launch_schedule(schedule):
+    """The launcher's (eps, eps_init, eps_decay) from a references.coor_descent schedule."""
+    return schedule["eps"], schedule.get("eps_init"), schedule.get("eps_decay", 1.0)

@@ -1,160 +1,290 @@
 """Checkers of chapter 6, routed block: one function an exercise."""
 
+import warnings
+
 import torch
+import triton
 
-from ...core import references
 from ...core.runtime import DEVICE
-from ..checking import ExerciseError, compare, run_student_code
-from .common import Exercise, hidden_case, random_size, matches
+from ..checking import ExerciseError, compare
+from ..student_kernels import kernel_runs, report_speed, require_kernel
+from .common import Exercise, hidden_case, random_size
 
-__all__ = ["check_scatter_back", "check_routed_causal_mask", "check_route"]
+__all__ = ["launch_add_routed_rows", "check_add_routed_rows",
+           "launch_local_attention_forward", "check_local_attention_forward"]
 # The chapter's exercises, in order, for the instructors' notes.
 EXERCISES = (
-    Exercise('6.1', 'scatter the routed tokens back', 'check_scatter_back', kernel=False, skills='gather and scatter', difficulty=1, minutes=10),
-    Exercise('6.2', 'keep causality under routing', 'check_routed_causal_mask', kernel=False, skills='causal masks of routed tokens', difficulty=2, minutes=15),
-    Exercise('6.3', "the router's padding mask", 'check_route', kernel=False, skills='masking padding before top-k', difficulty=2, minutes=15),
+    Exercise('6.1', 'add the heavy rows back', 'check_add_routed_rows', kernel=True, skills='index loads, gather and scatter addresses, a read-modify-write', difficulty=3, minutes=30),
+    Exercise('6.2', 'the local-attention forward with tl.dot', 'check_local_attention_forward', kernel=True, skills='tl.dot, the online softmax across key tiles, causal and window masks, loop bounds from the mask', difficulty=5, minutes=90),
 )
 
 
+def _with_hint(error, hint):
+    return ExerciseError(f"{error}\n  hint: {hint}") if hint else error
 
-def _scatter_reference(routed, indices, seq_len):
-    """A loop a reader can check by eye: token r of row b goes to position indices[b, r]."""
-    out = torch.zeros(routed.shape[0], seq_len, routed.shape[-1], dtype=torch.float64, device=routed.device)
-    for b in range(routed.shape[0]):
-        for r in range(indices.shape[1]):
-            out[b, indices[b, r]] = routed[b, r].double()
+
+# ------------------------------------------------------------------ 6.1: add the heavy rows back
+
+
+def launch_add_routed_rows(add_routed_rows_kernel, light, heavy, indices, out=None, block_tokens=8, block_dim=32):
+    """How exercise 6.1's checker launches the kernel: ``out`` starts as a copy of ``light``
+    (b, n, d) (or is the given tensor, which the kernel changes in place), and program
+    (t, c, b) adds the heavy rows ``heavy[b, r]`` of routed tokens ``r`` of tile t, columns
+    of tile c, into row ``indices[b, r]`` of ``out[b]``. Returns ``out``."""
+    if out is None:
+        out = light.clone()
+    batch, num_routed, dim = heavy.shape
+    grid = (triton.cdiv(num_routed, block_tokens), triton.cdiv(dim, block_dim), batch)
+    add_routed_rows_kernel[grid](out, heavy, indices, num_routed, dim, out.stride(0), out.stride(1),
+                                 heavy.stride(0), heavy.stride(1), indices.stride(0),
+                                 BLOCK_TOKENS=block_tokens, BLOCK_DIM=block_dim)
     return out
 
 
-def check_scatter_back(scatter_back):
-    """Exercise 6.1: ``scatter_back(routed, indices, seq_len)`` puts the routed tokens
-    (b, k, d) back at their positions indices (b, k) of a (b, seq_len, d) of zeros,
-    differentiably."""
-    name = "Exercise 6.1 (scatter_back)"
-    hidden = hidden_case(lambda: (lambda n: (random_size(1, 3), n, random_size(1, n), random_size(1, 9)))(random_size(2, 24)))
-    for batch, seq_len, k, dim in [(1, 5, 2, 3), (3, 11, 4, 8), (2, 16, 16, 5)] + hidden:
-        what = f"{name}, {batch} sequences of {seq_len} tokens, {k} routed, dim {dim}"
-        indices = torch.rand(batch, seq_len, device=DEVICE).topk(k, dim=-1).indices  # distinct, in no order
-        routed = torch.randn(batch, k, dim, device=DEVICE, requires_grad=True)
-        got = run_student_code(name, scatter_back, routed, indices, seq_len)
-        expected = _scatter_reference(routed.detach(), indices, seq_len)
-        if isinstance(got, torch.Tensor) and got.shape == expected.shape and not torch.equal(got.detach().double(), expected):
-            one_batch = _scatter_reference(routed.detach()[:1].expand_as(routed), indices[:1].expand_as(indices), seq_len)
-            if batch > 1 and torch.equal(got.detach().double(), one_batch):
-                raise ExerciseError(f"{what}: every sequence received the first sequence's tokens; the indices of "
-                                    "row b place the tokens of row b (index along dim 1, batch by batch)")
-            unrouted = expected.abs().sum(-1) == 0
-            if got.detach()[unrouted].abs().max() > 0:
-                raise ExerciseError(f"{what}: positions the router did not pick are not zero; start from zeros "
-                                    "and write only the k routed positions")
-        compare(what, got, expected, rtol=0, atol=0)
-        if not got.requires_grad:
-            raise ExerciseError(f"{what}: the result does not require grad: gradients could not reach the heavy "
-                                "branch. Use an out-of-place operation (Tensor.scatter), not .data or a loop over .item()")
-        grad_out = torch.randn(batch, seq_len, dim, device=DEVICE)
-        (grad_routed,) = torch.autograd.grad(got, routed, grad_out)
-        compare(f"{what}: the gradient of routed", grad_routed, grad_out.gather(1, indices[..., None].expand(-1, -1, dim)),
-                rtol=0, atol=0)
-    print("Exercise 6.1 passed: 3 shapes, values and gradients.")
+def _add_routed_rows_hint(got, light, heavy, indices):
+    """The usual mistake behind a wrong answer of exercise 6.1, or None."""
+    if not isinstance(got, torch.Tensor) or got.shape != light.shape:
+        return None
+    got, light, heavy, indices = (t.detach().cpu() for t in (got, light, heavy, indices))
+    routed = torch.zeros(light.shape[:2], dtype=torch.bool).scatter(1, indices, True)
+    if got.shape[0] > 1:
+        into_first = light.clone()
+        for b in range(light.shape[0]):
+            into_first[0].index_add_(0, indices[b], heavy[b])
+        if torch.allclose(got, into_first, rtol=1e-5, atol=1e-6):
+            return ("every sequence's heavy rows were added into the first sequence: the program of sequence b "
+                    "starts at b * stride_out_b in out (and b * stride_heavy_b, b * stride_indices_b)")
+    if not torch.equal(got[~routed], light[~routed]):
+        return ("rows the router did not pick have changed. An index is a row number, not an address: row p of "
+                "a sequence starts p * stride_out_n elements after the sequence's first row")
+    picked = indices[..., None].expand(-1, -1, light.shape[-1])
+    if torch.equal(got.gather(1, picked), heavy):
+        return ("the routed rows hold the heavy rows alone, and the light branch's output there is lost: the "
+                "block adds the two, so load what out holds, add, and store the sum")
+    return None
 
 
-def check_routed_causal_mask(routed_causal_mask):
-    """Exercise 6.2: ``routed_causal_mask(positions)`` for routed positions (b, k), in
-    the router's order (not sorted), returns the (b, k, k) bool mask, True where routed
-    query i must not see routed key j: the key stands later in the sequence."""
-    name = "Exercise 6.2 (routed_causal_mask)"
-    hidden = hidden_case(lambda: (lambda n: (random_size(1, 3), n, random_size(1, n)))(random_size(2, 24)))
-    for batch, seq_len, k in [(1, 6, 3), (3, 20, 7), (2, 9, 9)] + hidden:
-        what = f"{name}, {batch} sequences of {seq_len} tokens, {k} routed"
-        positions = torch.rand(batch, seq_len, device=DEVICE).topk(k, dim=-1).indices
-        steps = positions.diff(dim=-1)
-        monotonic = (steps > 0).all(-1) | (steps < 0).all(-1)
-        if k > 2:  # else a transposed mask and one by place in the list could be the same: swap two
-            positions[monotonic, :2] = positions[monotonic, :2].flip(-1)
-        got = run_student_code(name, routed_causal_mask, positions)
-        if not isinstance(got, torch.Tensor) or got.dtype != torch.bool:
-            raise ExerciseError(f"{what}: expected a torch.bool tensor (a comparison gives one), got "
-                                f"{got.dtype if isinstance(got, torch.Tensor) else type(got).__name__}")
-        expected = positions[:, None, :] > positions[:, :, None]
-        if got.shape == expected.shape and not torch.equal(got, expected):
-            order_mask = references.causal_mask(k, DEVICE).expand_as(expected)
-            hint = None
-            if torch.equal(got, order_mask):
-                hint = ("this is the causal mask of the routed tokens' places in the list, but a top-k lists them "
-                        "by score, not by position: compare the positions themselves")
-            elif torch.equal(got, expected.transpose(1, 2)):
-                hint = "the mask is transposed: row i is the query, column j the key"
-            elif torch.equal(got, expected | torch.eye(k, dtype=torch.bool, device=DEVICE)):
-                hint = "a routed query must see itself: hide keys strictly later (>), not later or equal"
-            elif torch.equal(got, ~expected):
-                hint = "True and False are swapped: True marks the keys to hide"
-            if hint:
-                raise ExerciseError(f"{what}: wrong mask\n  hint: {hint}")
-        compare(what, got.to(torch.float64) if isinstance(got, torch.Tensor) else got, expected.to(torch.float64),
-                rtol=0, atol=0)
-    print("Exercise 6.2 passed: 3 shapes, positions in the router's order.")
-
-
-def check_route(route):
-    """Exercise 6.3: ``route(s, mask, num_tokens)`` returns (indices, weights) of the
-    routed tokens as CoordinateDescentRouter picks them from scores s (b, n) with the
-    padding mask (b, n): coordinate descent with the mask, the top num_tokens, the
-    straight-through weights, 0 on padding."""
-    from ...models import routed as routed_block
-
-    name = "Exercise 6.3 (route)"
-    hidden = hidden_case(lambda: (lambda n: (random_size(2, 3), n, random_size(1, n), random_size(0, n - 1)))(random_size(4, 24)))
-    for batch, seq_len, k, n_padded in [(2, 12, 4, 3), (3, 20, 6, 8), (2, 8, 6, 4)] + hidden:
-        what = f"{name}, {batch} sequences of {seq_len} tokens, {n_padded} padded at the end of the last, {k} routed"
-        s = torch.randn(batch, seq_len, device=DEVICE, requires_grad=True)
-        mask = torch.ones(batch, seq_len, dtype=torch.bool, device=DEVICE)
-        mask[-1, seq_len - n_padded:] = False
-        result = run_student_code(name, route, s, mask, k)
-        if not isinstance(result, tuple) or len(result) != 2:
-            raise ExerciseError(f"{what}: return a tuple (indices, weights)")
-        indices, weights = result
-        s64 = s.detach().double().requires_grad_()
-        expected_indices, expected_weights, _ = routed_block.top_k_routing(s64, k, mask, ops=routed_block.REFERENCE_OPS)
-        if not isinstance(indices, torch.Tensor) or indices.shape != expected_indices.shape:
-            raise ExerciseError(f"{what}: indices should be a ({batch}, {k}) tensor, got "
-                                f"{tuple(indices.shape) if isinstance(indices, torch.Tensor) else type(indices).__name__}")
-        picked, expected_picked = indices.sort(dim=-1), expected_indices.sort(dim=-1)
+def check_add_routed_rows(add_routed_rows_kernel):
+    """Exercise 6.1: ``add_routed_rows_kernel``, launched by :func:`launch_add_routed_rows`,
+    adds ``heavy[b, r]`` into ``out[b, indices[b, r]]`` for every sequence b and routed
+    token r, leaving the other rows of ``out`` (the light branch's output) as they are."""
+    name = "Exercise 6.1 (add_routed_rows_kernel)"
+    kernel = require_kernel(name, add_routed_rows_kernel, "add_routed_rows_kernel")
+    cases = [(1, 1, 1, 1, False), (2, 9, 5, 3, False), (3, 40, 20, 70, False), (2, 16, 16, 33, True)]
+    cases += hidden_case(lambda: (lambda n: (random_size(1, 3), n, random_size(1, n), random_size(1, 80), False))(
+        random_size(1, 50)))
+    for batch, seq_len, num_routed, dim, sliced in cases:
+        what = f"{name}, {batch} sequences of {seq_len} tokens of width {dim}, {num_routed} routed"
+        light = torch.randn(batch, seq_len, dim, device=DEVICE)
+        if sliced:  # the heavy rows as a view of a wider tensor: stride_heavy_k is not dim
+            heavy = torch.randn(batch, num_routed, dim + 7, device=DEVICE)[..., :dim]
+            what += f", heavy a view whose rows are {heavy.stride(1)} elements apart"
+        else:
+            heavy = torch.randn(batch, num_routed, dim, device=DEVICE)
+        indices = torch.rand(batch, seq_len, device=DEVICE).topk(num_routed, dim=-1).indices  # distinct, any order
+        expected = light.clone()
         for b in range(batch):
-            # Padded tokens fill a sequence shorter than k; which of them is a tie (weight 0).
-            real, expected_real = (p[mask[b].gather(0, p)].tolist() for p in (picked.values[b], expected_picked.values[b]))
-            if real != expected_real:
-                hint = ""
-                if len(real) < len(expected_real):
-                    hint = ("\n  hint: padding was routed in place of real tokens; pass mask to coor_descent so "
-                            "padded scores take no part")
-                raise ExerciseError(f"{what}: sequence {b} routes the real positions {real}, "
-                                    f"expected {expected_real}{hint}")
-        got = weights.gather(1, picked.indices)
-        expected = expected_weights.gather(1, expected_picked.indices)
-        padded_weights = got.detach()[~mask.gather(1, picked.values)]
-        if padded_weights.numel() and padded_weights.abs().max() > 0:
-            raise ExerciseError(f"{what}: a padded token routed to fill a short sequence has weight "
-                                f"{padded_weights.abs().max().item():.3g}; its weight must be 0 (mask it after the "
-                                "straight-through step)")
-        compare(f"{what}: the weights", got, expected, rtol=1e-5, atol=1e-5)
-        if not weights.requires_grad:
-            raise ExerciseError(f"{what}: the weights do not require grad: the router could not learn. Straight-"
-                                "through keeps the gradient: weights + (1 - weights).detach()")
-        grad_weights = torch.randn(batch, k, device=DEVICE)
-        (grad_s,) = torch.autograd.grad(got, s, grad_weights)
-        (expected_grad_s,) = torch.autograd.grad(expected, s64, grad_weights.double())
-        try:
-            compare(f"{what}: the gradient of s", grad_s, expected_grad_s, rtol=1e-3, atol=1e-3)
-        except ExerciseError as error:
-            # Routing without the mask may pick the same tokens (straight-through weights are all 1),
-            # but padding then competes in coordinate descent and the gradient shows it.
-            unmasked_s = s.detach().double().requires_grad_()
-            unmasked_indices, unmasked, _ = routed_block.top_k_routing(unmasked_s, k, None,
-                                                                       ops=routed_block.REFERENCE_OPS)
-            unmasked = unmasked.masked_fill(~mask.gather(1, unmasked_indices), 0.0)
-            unmasked = unmasked.gather(1, unmasked_indices.sort(dim=-1).indices)
-            (unmasked_grad,) = torch.autograd.grad(unmasked, unmasked_s, grad_weights.double())
-            hint = ("\n  hint: this is the gradient of routing without the mask: padding took part in coordinate "
-                    "descent. Pass mask to coor_descent" if matches(grad_s, unmasked_grad, rtol=1e-3, atol=1e-3) else "")
-            raise ExerciseError(f"{error}{hint}") from None
-    print("Exercise 6.3 passed: 3 shapes with padding, the routed positions, their weights and the gradient of s.")
+            expected[b].index_add_(0, indices[b], heavy[b])
+        for how, got in kernel_runs(name, launch_add_routed_rows, kernel, light, heavy, indices):
+            try:
+                compare(f"{what}" + (f", {how}" if how else ""), got, expected, rtol=1e-6, atol=0)
+            except ExerciseError as error:
+                raise _with_hint(error, _add_routed_rows_hint(got, light, heavy, indices)) from None
+    print(f"{name.split(' (')[0]} passed: {len(cases)} shapes, the routed rows added and the others untouched.")
+    batch, seq_len, num_routed, dim = 8, 4096, 512, 1024
+    if DEVICE != "cpu":
+        light = torch.randn(batch, seq_len, dim, device=DEVICE)
+        heavy = torch.randn(batch, num_routed, dim, device=DEVICE)
+        indices = torch.rand(batch, seq_len, device=DEVICE).topk(num_routed, dim=-1).indices
+        picked = indices[..., None].expand(-1, -1, dim).contiguous()
+    else:
+        light = heavy = indices = picked = None
+    # Read the heavy rows and the routed rows of out, write those rows back, read the indices.
+    n_bytes = 3 * batch * num_routed * dim * 4 + batch * num_routed * 8
+    report_speed(name, lambda: launch_add_routed_rows(kernel, light, heavy, indices, light, 16, 256), n_bytes,
+                 against=("torch's scatter_add_", lambda: light.scatter_add_(1, picked, heavy)),
+                 advice="give each program a tile of routed rows and a run of contiguous columns (BLOCK_DIM of "
+                        "them), so that every row's loads and stores combine into wide vectors")
+
+
+# ------------------------------------------------- 6.2: the local-attention forward with tl.dot
+
+
+def launch_local_attention_forward(local_attention_forward_kernel, q, k, v, window, out=None, block_q=16,
+                                   block_k=16):
+    """How exercise 6.2's checker launches the kernel: q, k, v are (batch·heads, n,
+    head_dim) with head_dim contiguous; program (m, bh) writes the outputs of queries
+    m * block_q ... of head bh into ``out`` (contiguous, filled with NaN when not given)."""
+    if out is None:
+        out = torch.full(q.shape, float("nan"), device=q.device, dtype=q.dtype)
+    heads, seq_len, head_dim = q.shape
+    grid = (triton.cdiv(seq_len, block_q), heads)
+    local_attention_forward_kernel[grid](q, k, v, out, seq_len, window, head_dim ** -0.5,
+                                         q.stride(0), q.stride(1), k.stride(0), k.stride(1),
+                                         v.stride(0), v.stride(1), out.stride(0), out.stride(1),
+                                         HEAD_DIM=head_dim, BLOCK_Q=block_q, BLOCK_K=block_k)
+    return out
+
+
+def _visible(n, window, *, diagonal=True, window_start=1):
+    """(n, n) bool: query i sees key j when i - window + window_start <= j <= i (j < i
+    without the diagonal). The exercise's mask has window_start 1."""
+    i = torch.arange(n)[:, None]
+    j = torch.arange(n)[None, :]
+    return ((j <= i) if diagonal else (j < i)) & (j >= i - window + window_start)
+
+
+def _windowed_attention(q, k, v, window, scale, **mask_options):
+    """softmax(q kᵀ · scale, hiding what _visible hides) v in float64; a row that sees
+    no key is NaN."""
+    q, k, v = (t.detach().to("cpu", torch.float64) for t in (q, k, v))
+    scores = q @ k.transpose(-1, -2) * scale
+    scores = scores.masked_fill(~_visible(q.shape[1], window, **mask_options), float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def _tiled_attention(q, k, v, window, scale, block_q, block_k, first_key, *, rescale_sum=True,
+                     rescale_acc=True, hidden_score=float("-inf")):
+    """The kernel's loop in float64, with a mistake switched on: for each tile of block_q
+    queries, the key tiles from ``first_key(start_q)`` to the tile's last query, the
+    online softmax with (or without) its rescaling, and hidden scores set to
+    ``hidden_score``. Keys past n are zeros, as a load with other=0 gives them."""
+    q, k, v = (t.detach().to("cpu", torch.float64) for t in (q, k, v))
+    heads, n, head_dim = q.shape
+    padding = block_q + block_k
+    k, v = (torch.cat([t, t.new_zeros(heads, padding, head_dim)], dim=1) for t in (k, v))
+    out = torch.empty_like(q)
+    for start_q in range(0, n, block_q):
+        queries = torch.arange(start_q, min(start_q + block_q, n))
+        running_max = torch.full((heads, len(queries)), float("-inf"), dtype=torch.float64)
+        running_sum = torch.zeros(heads, len(queries), dtype=torch.float64)
+        acc = torch.zeros(heads, len(queries), head_dim, dtype=torch.float64)
+        for start_k in range(first_key(start_q), min(start_q + block_q, n), block_k):
+            keys = torch.arange(start_k, start_k + block_k)
+            scores = q[:, queries] @ k[:, keys].transpose(-1, -2) * scale
+            seen = (keys[None, :] <= queries[:, None]) & (keys[None, :] > queries[:, None] - window)
+            scores = torch.where(seen, scores, hidden_score)
+            new_max = torch.maximum(running_max, scores.amax(dim=-1))
+            shift = torch.where(new_max == float("-inf"), 0.0, new_max)
+            weights = torch.exp(scores - shift[..., None])
+            alpha = torch.exp(running_max - shift)
+            running_sum = (running_sum * alpha if rescale_sum else running_sum) + weights.sum(dim=-1)
+            acc = (acc * alpha[..., None] if rescale_acc else acc) + weights @ v[:, keys]
+            running_max = new_max
+        out[:, queries] = acc / running_sum[..., None]
+    return out
+
+
+def _explains(got, expected, candidate, rtol, atol):
+    """Whether ``candidate`` (a wrong answer) explains every wrong row of ``got``: each
+    row that differs from ``expected`` matches the candidate's (or the candidate has no
+    value there: a row that sees no key), and at least one such row has a value."""
+    got = got.detach().to("cpu", torch.float64)
+
+    def close(a, b):
+        return ((a - b).abs() <= atol + rtol * b.abs()).all(dim=-1)
+
+    wrong = ~close(got, expected)
+    undefined = candidate.isnan().any(dim=-1)
+    matching = close(got, candidate)
+    return bool(wrong.any() and (matching | undefined)[wrong].all() and (matching & ~undefined & wrong).any())
+
+
+def _local_attention_hint(got, q, k, v, window, block_q, block_k, expected, rtol, atol, compiled_after_interpreter):
+    """The usual mistake behind a wrong answer of exercise 6.2, or None."""
+    if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+        return None
+    scale = q.shape[-1] ** -0.5
+
+    def explained_by(candidate):
+        return _explains(got, expected, candidate, rtol, atol)
+
+    if explained_by(_windowed_attention(q, k, v, window, 1.0)):
+        return ("these are the weights of the unscaled scores q·k: multiply the scores by scale (1/sqrt(head_dim)) "
+                "before the softmax")
+    if explained_by(_windowed_attention(q, k, v, window, scale, diagonal=False)):
+        return "the diagonal is hidden: query i must see key i itself (key j <= query i, not j < i)"
+    if explained_by(_windowed_attention(q, k, v, window, scale, window_start=0)):
+        return (f"the window is one key too wide: query i sees window = {window} keys, i - window < j <= i, so key "
+                "i - window is hidden (>, not >=)")
+    first_keys = {"the window's first key": lambda start_q: max(0, start_q - window + 1),
+                  "a tile boundary": lambda start_q: max(0, start_q - window + 1) // block_k * block_k,
+                  "key 0": lambda start_q: 0}
+    for first_key in first_keys.values():
+        if explained_by(_tiled_attention(q, k, v, window, scale, block_q, block_k, first_key, hidden_score=0.0)):
+            return ("hidden keys count as scores of 0, so they still take exp(0 - max) of the softmax: set the "
+                    "hidden scores to -inf (float('-inf')), whose exp is 0")
+        for rescale_sum, rescale_acc in ((False, True), (True, False), (False, False)):
+            candidate = _tiled_attention(q, k, v, window, scale, block_q, block_k, first_key,
+                                         rescale_sum=rescale_sum, rescale_acc=rescale_acc)
+            if explained_by(candidate):
+                missing = " and ".join(name for name, done in (("running sum", rescale_sum),
+                                                               ("accumulator", rescale_acc)) if not done)
+                return (f"the {missing} is not rescaled when the maximum grows: what it holds was weighted by "
+                        "exp(score - old max), so multiply it by alpha = exp(old max - new max) before adding the "
+                        "new tile (acc = acc * alpha[:, None] + tl.dot(p, v))")
+    got64 = got.detach().to("cpu", torch.float64)
+    if got64.isnan().any():
+        return ("NaN where the answer is a number: a query that has seen no visible key yet has running max -inf, "
+                "and exp(-inf - (-inf)) is NaN. Shift such a row by 0 instead (as chapter 2's online softmax does); "
+                "every real query sees at least itself, so its final sum is never 0")
+    if compiled_after_interpreter:
+        return ("the interpreter's answer was right and the GPU's is off by about 1e-3: on the GPU, tl.dot rounds "
+                "float32 inputs to TF32 (10 bits of mantissa) unless it is told input_precision=\"ieee\"; pass it "
+                "to both products")
+    return None
+
+
+def check_local_attention_forward(local_attention_forward_kernel):
+    """Exercise 6.2: ``local_attention_forward_kernel``, launched by
+    :func:`launch_local_attention_forward`, writes softmax(q kᵀ / sqrt(d)) v where query i
+    sees keys i - window < j <= i, in float32 with products in full precision."""
+    name = "Exercise 6.2 (local_attention_forward_kernel)"
+    kernel = require_kernel(name, local_attention_forward_kernel, "local_attention_forward_kernel")
+    rtol = atol = 5e-5
+    # (batch·heads, n, head_dim, window, BLOCK_Q, BLOCK_K, q, k and v views of one (bh, n, 3 d) tensor)
+    cases = [(2, 37, 16, 5, 16, 16, False), (3, 29, 32, 1, 16, 16, False), (1, 45, 16, 50, 16, 16, False),
+             (2, 40, 32, 7, 32, 16, False), (2, 21, 16, 9, 16, 16, True), (1, 1, 16, 3, 16, 16, False)]
+    cases += hidden_case(lambda: (lambda n: (random_size(1, 3), n, 16 * random_size(1, 2), random_size(1, n + 5),
+                                             16, 16, False))(random_size(2, 60)))
+    for heads, seq_len, head_dim, window, block_q, block_k, fused in cases:
+        what = (f"{name}, {heads} heads of {seq_len} tokens, head_dim {head_dim}, window {window}, "
+                f"BLOCK_Q {block_q}, BLOCK_K {block_k}")
+        if fused:  # q, k and v as the thirds of one projection: their rows are 3 * head_dim apart
+            q, k, v = torch.randn(heads, seq_len, 3 * head_dim, device=DEVICE).split(head_dim, dim=-1)
+            what += f", q, k and v views whose rows are {q.stride(1)} elements apart"
+        else:
+            q, k, v = (torch.randn(heads, seq_len, head_dim, device=DEVICE) for _ in range(3))
+        expected = _windowed_attention(q, k, v, window, head_dim ** -0.5)
+        passed_interpreted = False
+        with warnings.catch_warnings():  # padded query rows compute 0 / 0 under NumPy; they are never stored
+            warnings.simplefilter("ignore", RuntimeWarning)
+            for how, got in kernel_runs(name, launch_local_attention_forward, kernel, q, k, v, window, None,
+                                        block_q, block_k):
+                try:
+                    compare(f"{what}" + (f", {how}" if how else ""), got, expected, rtol=rtol, atol=atol)
+                except ExerciseError as error:
+                    hint = _local_attention_hint(got, q, k, v, window, block_q, block_k, expected, rtol, atol,
+                                                 compiled_after_interpreter=passed_interpreted)
+                    raise _with_hint(error, hint) from None
+                passed_interpreted = True
+    print(f"{name.split(' (')[0]} passed: {len(cases)} cases, windows from 1 to past the sequence, n not a "
+          "multiple of the tile, head_dim 16 and 32, q, k and v as views.")
+    batch, heads, seq_len, head_dim, window = 4, 8, 4096, 64, 128
+    if DEVICE != "cpu":
+        q, k, v = (torch.randn(batch * heads, seq_len, head_dim, device=DEVICE) for _ in range(3))
+        out = torch.empty_like(q)
+        q4, k4, v4 = (t.view(batch, heads, seq_len, head_dim) for t in (q, k, v))
+    else:
+        q = k = v = out = q4 = k4 = v4 = None
+    import course_lib
+
+    report_speed(name, lambda: launch_local_attention_forward(kernel, q, k, v, window, out, 64, 64),
+                 4 * batch * heads * seq_len * head_dim * 4,
+                 against=(f"course_lib.local_causal_attention (windows of {window} fixed blocks, so each query sees "
+                          f"{window} to {2 * window} keys)",
+                          lambda: course_lib.local_causal_attention(q4, k4, v4, window)),
+                 target=0.2,
+                 advice="visit only the key tiles the query tile can see, from its first query's window to its last "
+                        "query, and keep the scores and weights in registers (two tl.dot a key tile, nothing stored "
+                        "in the loop)")
