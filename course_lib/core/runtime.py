@@ -6,6 +6,8 @@ Triton's CPU interpreter on CPU tensors. The interpreter is selected by the
 ``TRITON_INTERPRET`` environment variable, which Triton reads when ``@triton.jit``
 runs, so this module must be imported before any kernel module: ``course_lib``'s
 ``__init__`` does that, and notebooks import ``course_lib`` before defining kernels.
+Triton itself may come first (``torch.compile`` imports it): its own ``@jit`` helpers are
+then made interpreted too.
 """
 
 import contextlib
@@ -45,21 +47,36 @@ def _choose_backend():
     return True, torch.cuda.get_device_name()
 
 
-def _select_interpreter():
-    """Set TRITON_INTERPRET=1, refusing when triton was imported too early to see it.
+def _interpret_triton_library():
+    """Make an already imported triton interpret its own library too.
 
-    Triton's own helpers (tl.max, tl.sum, ...) are jit functions built when triton is
-    imported; built before the variable is set, they fail later with "Cannot call
-    @triton.jit'd outside of the scope of a kernel", far from the cause.
+    Triton's helpers (``tl.max``, ``tl.sum``, ``tl.softmax``, ...) are ``@jit`` functions
+    built when ``triton.language`` is imported. Built before TRITON_INTERPRET was set (say
+    ``torch._dynamo`` imported triton first), they are compiled-mode functions, and an
+    interpreted kernel calling them fails with "Cannot call @triton.jit'd outside of the
+    scope of a kernel". Each is replaced, in every ``triton.language`` module that holds it,
+    by the interpreted function of the same Python source.
     """
-    if os.environ.get("TRITON_INTERPRET") != "1" and "triton" in sys.modules:
-        raise ImportError(
-            "course_lib must be imported before triton when there is no usable GPU: it "
-            f"selects Triton's CPU interpreter ({_REASON}), which triton only notices at "
-            "its own import. Restart the kernel and put `import course_lib` first, or "
-            "set TRITON_INTERPRET=1 before starting Python."
-        )
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    interpreted = {}
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("triton.language") or module is None:
+            continue
+        for attribute, value in list(vars(module).items()):
+            if isinstance(value, JITFunction):
+                if id(value) not in interpreted:
+                    interpreted[id(value)] = InterpretedFunction(value.fn)
+                setattr(module, attribute, interpreted[id(value)])
+
+
+def _select_interpreter():
+    """Set TRITON_INTERPRET=1 (Triton reads it whenever ``@triton.jit`` runs); when triton
+    was imported before, by torch.compile say, its own library is made interpreted too."""
     os.environ["TRITON_INTERPRET"] = "1"
+    if "triton.language" in sys.modules:
+        _interpret_triton_library()
 
 
 ON_GPU, _REASON = _choose_backend()

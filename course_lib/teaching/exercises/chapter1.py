@@ -1,20 +1,24 @@
 """Checkers of chapter 1, weighted sum: one function an exercise."""
 
+import contextlib
+
+import numpy as np
 import torch
 import triton
 
 from ...core import references
 from ...core.runtime import DEVICE
 from ..checking import ExerciseError, compare, refusing_calls, run_student_code
-from ..student_kernels import kernel_runs, report_speed, require_kernel
-from .common import Exercise, hidden_case, random_size
+from ..student_kernels import kernel_runs, report_speed, require_kernel, run_interpreted
+from .common import Exercise, hidden_case, matches, random_size
 
-__all__ = ["launch_scale_columns", "check_scale_columns", "check_weighted_sum_grads", "check_column_sum"]
+__all__ = ["launch_scale_columns", "check_scale_columns", "check_weighted_sum_grads", "launch_column_sum",
+           "check_column_sum"]
 # The chapter's exercises, in order, for the instructors' notes.
 EXERCISES = (
     Exercise('1.1', 'scale the columns', 'check_scale_columns', kernel=True, skills='2-D tiles, masks on both axes, strides', difficulty=2, minutes=20),
     Exercise('1.2', 'the gradients in PyTorch', 'check_weighted_sum_grads', kernel=False, skills='a backward derived by hand', difficulty=1, minutes=10),
-    Exercise('1.3', 'the second stage of grad_w', 'check_column_sum', kernel=True, skills='a loop down the rows, a deterministic column sum', difficulty=2, minutes=20),
+    Exercise('1.3', 'the second stage of grad_w', 'check_column_sum', kernel=True, skills='a loop down the rows carrying an accumulator, masks and other= on the last tile, strides', difficulty=2, minutes=25),
 )
 
 
@@ -71,13 +75,98 @@ def check_weighted_sum_grads(weighted_sum_grads):
     print("Exercise 1.2 passed: grad_x and grad_w match autograd's for 1-, 2- and 3-D x.")
 
 
-def check_column_sum(column_sum):
-    """Exercise 1.3: ``column_sum(partial)`` returns partial.sum(0) for a 2-D float32 tensor."""
-    name = "Exercise 1.3 (column_sum)"
-    cases = [(1, 1), (7, 5), (300, 129), (1000, 3)] + hidden_case(lambda: (random_size(2, 600), random_size(1, 200)))
-    for shape in cases:
-        partial = torch.randn(shape, device=DEVICE)
-        got = run_student_code(name, column_sum, partial)
-        compare(f"{name}, partial of shape {shape}", got, partial.double().sum(0),
-                rtol=1e-5, atol=1e-5 * shape[0] ** 0.5)
-    print(f"Exercise 1.3 passed: {len(cases)} shapes, from a single element to 1000 rows.")
+def launch_column_sum(column_sum_kernel, partial, out=None, block_rows=8, block_cols=32):
+    """How exercise 1.3's checker launches the kernel: a 1-D grid, one program a block of
+    ``block_cols`` columns that walks down all rows ``block_rows`` at a time; ``out`` float32
+    of shape (D,), filled with NaN when not given."""
+    if out is None:
+        out = torch.full((partial.shape[1],), float("nan"), device=partial.device, dtype=torch.float32)
+    grid = (triton.cdiv(partial.shape[1], block_cols),)
+    column_sum_kernel[grid](partial, out, partial.shape[0], partial.shape[1], partial.stride(0), partial.stride(1),
+                            BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols)
+    return out
+
+
+@contextlib.contextmanager
+def masked_lanes_as_nan():
+    """Interpreted float loads without ``other=`` give NaN in their masked lanes. The
+    interpreter gives 0 there, but on a GPU those lanes hold no defined value, so a kernel
+    that adds them up must fail here too, whatever the GPU happens to leave in them."""
+    from triton.runtime import interpreter
+
+    builder = interpreter.interpreter_builder
+    own = builder.__dict__.get("create_masked_load")
+    plain_load = builder.create_masked_load
+
+    def load(ptrs, mask, other, *rest, **options):
+        element_type = ptrs.get_element_ty()
+        numpy_type = interpreter._get_np_dtype(element_type)
+        if other is None and np.issubdtype(numpy_type, np.floating):
+            other = interpreter.TensorHandle(np.full(ptrs.data.shape, np.nan, dtype=numpy_type), element_type)
+        return plain_load(ptrs, mask, other, *rest, **options)
+
+    builder.create_masked_load = load
+    try:
+        yield
+    finally:
+        if own is None:
+            del builder.create_masked_load
+        else:
+            builder.create_masked_load = own
+
+
+def _column_sum_hint(kernel, partial, got, block_rows):
+    """The usual mistake behind a wrong column sum, or None."""
+    expected = partial.double().sum(0)
+    n_rows = partial.shape[0]
+    if isinstance(got, torch.Tensor) and got.isnan().any() and not partial.isnan().any():
+        # NaN from the masked lanes alone: the same kernel is right where they load as 0
+        if matches(run_interpreted("column_sum_kernel", launch_column_sum, kernel, partial), expected,
+                   rtol=1e-5, atol=1e-5 * n_rows ** 0.5):
+            return ("the lanes the mask switches off are added to the sum: a masked load without other= leaves "
+                    "them undefined (garbage on a GPU, NaN here); load with other=0.0, which adds nothing")
+    for end in range(0, n_rows, block_rows):  # the loop stopped after `end` rows
+        if matches(got, partial[:end].double().sum(0), rtol=1e-5, atol=1e-5 * n_rows ** 0.5):
+            if end == block_rows:
+                return ("only the first tile of rows is added: the rows past the first BLOCK_ROWS never reach the "
+                        "sum; loop down all rows, for row_start in range(0, n_rows, BLOCK_ROWS)")
+            return (f"only the first {end} of {n_rows} rows are added: the loop ends early; it must run to "
+                    "n_rows itself, the last tile partly masked (rows < n_rows)")
+    if partial.stride(1) != 1:
+        storage = partial.flatten() if partial.is_contiguous() else partial.t().contiguous().t()
+        contiguous_reading = torch.as_strided(storage.detach(), partial.shape, (partial.stride(0), 1))
+        if matches(got, contiguous_reading.double().sum(0), rtol=1e-5, atol=1e-5 * n_rows ** 0.5):
+            return (f"the columns of this partial are {partial.stride(1)} elements apart: multiply each column "
+                    "index by stride_col, not by 1")
+    return None
+
+
+def check_column_sum(column_sum_kernel):
+    """Exercise 1.3: ``column_sum_kernel``, launched by :func:`launch_column_sum`, writes
+    ``partial.sum(0)`` for a 2-D float32 ``partial`` of any shape and strides."""
+    name = "Exercise 1.3 (column_sum_kernel)"
+    kernel = require_kernel(name, column_sum_kernel, "column_sum_kernel")
+    cases = [(1, 1), (7, 5), (16, 33), (300, 129), (1000, 3)]
+    cases += hidden_case(lambda: (random_size(2, 600), random_size(1, 200)))
+    inputs = [(f"partial of shape {shape}", torch.randn(shape, device=DEVICE)) for shape in cases]
+    transposed = torch.randn(40, 30, device=DEVICE).t()
+    inputs.append((f"transposed partial of shape {tuple(transposed.shape)} (strides {transposed.stride()})",
+                   transposed))
+    for what, partial in inputs:
+        expected = partial.double().sum(0)
+        with masked_lanes_as_nan():
+            for how, got in kernel_runs(name, launch_column_sum, kernel, partial):
+                try:
+                    compare(f"{name}, {what}" + (f", {how}" if how else ""), got, expected,
+                            rtol=1e-5, atol=1e-5 * partial.shape[0] ** 0.5)
+                except ExerciseError as error:
+                    hint = _column_sum_hint(kernel, partial, got, block_rows=8)
+                    raise ExerciseError(str(error) + (f"\n  hint: {hint}" if hint else "")) from None
+    print(f"Exercise 1.3 passed: {len(inputs)} shapes, from a single element to 1000 rows, and a transposed partial.")
+    partial = torch.randn(2048, 32768, device=DEVICE) if DEVICE != "cpu" else None
+    out = torch.empty(32768, device=DEVICE) if partial is not None else None
+    report_speed(name, lambda: launch_column_sum(kernel, partial, out, 32, 64), (2048 + 1) * 32768 * 4,
+                 against=("torch's partial.sum(0)", lambda: torch.sum(partial, 0, out=out)),
+                 advice="check that a tile's columns are contiguous in memory (cols times stride_col, which is 1 "
+                        "here), so that each row of the tile is one wide load, and that the loop body does "
+                        "nothing but load and add")

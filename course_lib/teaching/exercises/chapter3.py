@@ -1,21 +1,32 @@
 """Checkers of chapter 3, LayerNorm: one function an exercise."""
 
 import torch
+import triton
 
 from ...core import references
-from ...core.runtime import DEVICE
+from ...core.runtime import DEVICE, multiprocessor_count
 from ..checking import ExerciseError, compare, run_student_code
-from .common import Exercise, hidden_case, random_size, random_matrix, run_quietly, without_mask_hints
+from ..student_kernels import kernel_runs, report_speed, require_kernel
+from .common import Exercise, hidden_case, matches, random_size, without_mask_hints
 
-__all__ = ["check_layernorm_rows", "check_layernorm_dx", "check_column_partial_sums", "check_grad_through_row_max"]
+__all__ = ["launch_layernorm_rows", "check_layernorm_rows", "check_layernorm_dx",
+           "launch_column_partial_sums", "check_column_partial_sums",
+           "launch_layernorm_backward_rows", "check_layernorm_backward_rows"]
 # The chapter's exercises, in order, for the instructors' notes.
 EXERCISES = (
-    Exercise('3.1', 'several rows a program, with the statistics', 'check_layernorm_rows', kernel=True, skills='two row reductions, saved statistics', difficulty=3, minutes=30),
+    Exercise('3.1', 'several rows a program, with the statistics', 'check_layernorm_rows', kernel=True, skills='row tiles, two row reductions with masked padding, saved statistics', difficulty=3, minutes=30),
     Exercise('3.2', 'the gradient of x in PyTorch', 'check_layernorm_dx', kernel=False, skills='the LayerNorm backward', difficulty=2, minutes=20),
-    Exercise('3.3', 'partial column sums, the first stage', 'check_column_partial_sums', kernel=True, skills='per-program partial sums', difficulty=2, minutes=20),
-    Exercise('3.4', 'the gradient through the row maximum', 'check_grad_through_row_max', kernel=False, skills='gradients through max', difficulty=2, minutes=15),
+    Exercise('3.3', 'partial column sums, the first stage', 'check_column_partial_sums', kernel=True, skills='a loop over a range of rows, per-program partial sums', difficulty=3, minutes=25),
+    Exercise('3.4', 'the backward kernel', 'check_layernorm_backward_rows', kernel=True, skills='row reductions and column partial sums in one persistent program', difficulty=4, minutes=45),
 )
 
+EPS = 1e-5
+
+
+def _with_nan_rows(n_rows, n_cols, row_stride=None):
+    """A float32 (n_rows, n_cols) output filled with NaN, rows ``row_stride`` elements apart."""
+    row_stride = row_stride or n_cols
+    return torch.full((n_rows, row_stride), float("nan"), device=DEVICE)[:, :n_cols]
 
 
 def _layernorm_stats64(x, eps):
@@ -25,57 +36,135 @@ def _layernorm_stats64(x, eps):
     return mean, torch.rsqrt(var + eps)
 
 
-def _three_outputs(name, result, what):
-    if not (isinstance(result, tuple) and len(result) == 3):
-        raise ExerciseError(f"{name}, {what}: return a tuple (y, mean, rstd), got {type(result).__name__}")
-    return result
+# ------------------------------------------------------------ Exercise 3.1: the forward
 
 
-def check_layernorm_rows(layernorm_rows):
-    """Exercise 3.1: ``layernorm_rows(x, gamma, beta, eps)`` returns (y, mean, rstd) of a
-    2-D float32 x, BLOCK_ROWS rows a program, mean and rstd of shape (rows,)."""
-    name = "Exercise 3.1 (layernorm_rows)"
-    eps = 1e-5
-    cases = [(1, 1, 0.0), (5, 3, 0.0), (9, 17, 0.0), (30, 100, 0.0), (7, 100, 1e3)]
-    cases += hidden_case(lambda: (random_size(2, 40), random_size(2, 130), 0.0))
-    sliced = torch.randn(12, 40, device=DEVICE)[:, :33]  # rows 40 elements apart in memory
-    inputs = [(torch.randn(n_rows, n_cols, device=DEVICE), offset) for n_rows, n_cols, offset in cases]
-    inputs.append((sliced, 0.0))
-    for x, offset in inputs:
-        n_rows, n_cols = x.shape
+def launch_layernorm_rows(layernorm_rows_kernel, x, gamma, beta, eps=EPS, out=None, block_rows=4):
+    """How exercise 3.1's checker launches the kernel: one program a tile of ``block_rows``
+    whole rows (BLOCK_COLS, the row length rounded up to a power of two). ``out`` is
+    (y, mean, rstd), filled with NaN when not given. Returns (y, mean, rstd)."""
+    n_rows, n_cols = x.shape
+    if out is None:
+        out = (_with_nan_rows(n_rows, n_cols), torch.full((n_rows,), float("nan"), device=x.device),
+               torch.full((n_rows,), float("nan"), device=x.device))
+    y, mean, rstd = out
+    layernorm_rows_kernel[(triton.cdiv(n_rows, block_rows),)](
+        x, gamma, beta, y, mean, rstd, n_rows, n_cols, eps, x.stride(0), y.stride(0),
+        BLOCK_ROWS=block_rows, BLOCK_COLS=triton.next_power_of_2(n_cols))
+    return y, mean, rstd
+
+
+def _layernorm_rows_hint(x64, eps, mean, rstd, large_mean):
+    """The usual mistake behind wrong statistics (got mean and rstd), or None."""
+    n_cols = x64.shape[1]
+    expected_mean = x64.mean(dim=1)
+    centred = x64 - expected_mean[:, None]
+    var = (centred ** 2).mean(dim=1)
+    padding = triton.next_power_of_2(n_cols) - n_cols
+    if padding and matches(mean, x64.sum(dim=1) / (n_cols + padding), rtol=1e-4, atol=1e-5):
+        return ("the mean divides by BLOCK_COLS, the padded width: divide by n_cols, the padding lanes are not "
+                "part of the row")
+    if not matches(mean, expected_mean, rtol=1e-4, atol=1e-4 if large_mean else 1e-5):
+        return None
+    candidates = [
+        (torch.rsqrt(var * n_cols / (n_cols - 1) + eps) if n_cols > 1 else None,
+         "the variance divides by n_cols - 1 (the unbiased estimate): LayerNorm's is biased, divide by n_cols"),
+        (1 / (var.sqrt() + eps), "eps goes inside the square root: rstd = 1 / sqrt(var + eps), not 1 / (sqrt(var) + eps)"),
+        (torch.rsqrt((centred ** 2).sum(dim=1) / n_cols + padding * expected_mean ** 2 / n_cols + eps),
+         "the padding lanes count in the variance: they load 0, so x - mean is -mean there and adds mean² to the "
+         "sum of squares; set the centred values to 0 outside the mask (tl.where) before squaring"),
+    ]
+    for candidate, hint in candidates:
+        if candidate is not None and matches(rstd, candidate, rtol=1e-4, atol=1e-4):
+            return hint
+    if large_mean:
+        return ("E[x²] - E[x]² cancels catastrophically in float32 on rows centred far from 0 (here ±1e4, where "
+                "E[x²] ≈ 1e8 is rounded to a multiple of 8): subtract the mean first, then average the squares")
+    return None
+
+
+def check_layernorm_rows(layernorm_rows_kernel):
+    """Exercise 3.1: ``layernorm_rows_kernel``, launched by :func:`launch_layernorm_rows`, writes
+    (y, mean, rstd) of a 2-D float32 x, BLOCK_ROWS rows a program, mean and rstd of shape (rows,)."""
+    name = "Exercise 3.1 (layernorm_rows_kernel)"
+    kernel = require_kernel(name, layernorm_rows_kernel, "layernorm_rows_kernel")
+    # (rows, columns, the rows' centre, their spread)
+    cases = [(1, 1, 0.5, 2.0), (5, 3, 0.5, 2.0), (9, 17, 0.5, 2.0), (30, 100, 0.5, 2.0), (6, 50, 0.5, 1e-3),
+             (7, 100, 1e4, 1.0)]
+    cases += hidden_case(lambda: (random_size(2, 40), random_size(2, 130), 0.5, 2.0))
+    inputs = []
+    for n_rows, n_cols, centre, spread in cases:
+        signs = torch.where(torch.arange(n_rows, device=DEVICE) % 2 == 0, 1.0, -1.0)[:, None]
+        x = torch.randn(n_rows, n_cols, device=DEVICE) * spread + centre * (signs if centre > 1 else 1.0)
         what = f"x of shape {(n_rows, n_cols)}"
-        rtol = atol = 1e-4
-        if offset:
-            signs = torch.where(torch.arange(n_rows, device=DEVICE) % 2 == 0, 1.0, -1.0)
-            x = x + offset * signs[:, None]  # rows centred on +1e3 and -1e3, spread about 1
-            what += (f" with rows offset by ±{offset:g} (E[x²] - E[x]² cancels catastrophically in float32 "
-                     "there: subtract the mean first, then average the squares)")
-            rtol = atol = 2e-3  # float32 rounding of values near 1e3, not cancellation
-        if not x.is_contiguous():
-            what += f", x = wide[:, :33] whose rows are {x.stride(0)} elements apart (use stride_x_row)"
+        if centre > 1:
+            what += f", rows centred on ±{centre:g} with a spread of {spread:g}"
+        elif spread < 1:
+            what += f", rows of spread {spread:g} (variance 1e-6, below eps = {EPS:g})"
+        inputs.append((what, x, None))
+    wide = torch.randn(12, 40, device=DEVICE) * 2 + 0.5
+    inputs.append((f"x = wide[:, :33] whose rows are {wide.stride(0)} elements apart (use stride_x_row), "
+                   "y's rows 36 elements apart (use stride_y_row)", wide[:, :33], _with_nan_rows(12, 33, 36)))
+    for what, x, y_out in inputs:
+        n_rows, n_cols = x.shape
+        large_mean = x.abs().mean() > 100
+        rtol = atol = 1e-2 if large_mean else 1e-4  # float32 sums of values near 1e4: mean off by ~1e-3
         gamma = torch.randn(n_cols, device=DEVICE)
         beta = torch.randn(n_cols, device=DEVICE)
-        result = run_quietly(name, layernorm_rows, x, gamma, beta, eps)
-        y, mean, rstd = _three_outputs(name, result, what)
         x64 = x.double()
-        expected_mean, expected_rstd = _layernorm_stats64(x64, eps)
-        expected_y = references.layernorm(x64, gamma.double(), beta.double(), eps)
-        compare(f"{name}, {what}: mean (one per row; wrong indices are rows)", mean, expected_mean,
-                rtol=1e-5, atol=1e-5)
-        compare(f"{name}, {what}: rstd = 1/sqrt(var + eps), var biased (divide by N) "
-                "(one per row; wrong indices are rows)", rstd, expected_rstd, rtol=rtol, atol=atol)
-        compare(f"{name}, {what}: y", y, expected_y, rtol=rtol, atol=atol, show_picture=True)
-    print(f"Exercise 3.1 passed: y, mean and rstd for {len(inputs)} shapes, widths 1 to 100, "
-          "rows offset by ±1e3 and a sliced x.")
+        expected_mean, expected_rstd = _layernorm_stats64(x64, EPS)
+        expected_y = references.layernorm(x64, gamma.double(), beta.double(), EPS)
+        out = None if y_out is None else (y_out, torch.full((n_rows,), float("nan"), device=DEVICE),
+                                          torch.full((n_rows,), float("nan"), device=DEVICE))
+        for how, (y, mean, rstd) in kernel_runs(name, launch_layernorm_rows, kernel, x, gamma, beta, EPS, out):
+            where = f"{name}, {what}" + (f", {how}" if how else "")
+            try:
+                compare(f"{where}: mean (one per row; wrong indices are rows)", mean, expected_mean,
+                        rtol=1e-5, atol=1e-2 if large_mean else 1e-5)
+                compare(f"{where}: rstd = 1/sqrt(var + eps) (one per row; wrong indices are rows)", rstd,
+                        expected_rstd, rtol=rtol, atol=atol)
+                compare(f"{where}: y", y, expected_y, rtol=rtol, atol=atol, show_picture=True)
+            except ExerciseError as error:
+                hint = _layernorm_rows_hint(x64, EPS, mean, rstd, large_mean)
+                raise ExerciseError(str(error) + (f"\n  hint: {hint}" if hint else "")) from None
+            if y_out is not None:
+                y_out.fill_(float("nan"))  # the compiled run writes afresh
+    print(f"{name.split(' (')[0]} passed: y, mean and rstd for {len(inputs)} shapes, widths 1 to 100, "
+          "rows of variance below eps, rows centred on ±1e4 and strided x and y.")
+    x = torch.randn(16384, 1024, device=DEVICE) if DEVICE.type != "cpu" else None
+    if x is not None:
+        gamma, beta = torch.randn(1024, device=DEVICE), torch.randn(1024, device=DEVICE)
+        out = (torch.empty_like(x), torch.empty(16384, device=DEVICE), torch.empty(16384, device=DEVICE))
+        from ...kernels.layernorm_op.tiled import layernorm_forward
+
+        def run():
+            launch_layernorm_rows(kernel, x, gamma, beta, EPS, out)
+
+        def course():
+            layernorm_forward(x, gamma, beta, EPS, save_stats=True)
+    else:
+        run = course = None
+    report_speed(name, run, 2 * 16384 * 1024 * 4, against=("course_lib's forward", course),
+                 advice="a program of 4 rows of 1024 float32 values loads 16 KiB: check that the row's columns are "
+                        "contiguous (cols[None, :] added to the row's start), so that loads combine into wide vectors")
+
+
+# ------------------------------------------------------ Exercise 3.2: dx in PyTorch
 
 
 def _layernorm_dx64(x, gamma, grad_y, mean, rstd, *, with_gamma=True, reduce="mean", xhat_term=True,
-                    with_rstd=True):
-    """The dx formula, and the usual mistakes in it (for hints)."""
-    xhat = (x - mean[..., None]) * rstd[..., None]
+                    mean_term=True, with_rstd=True, xhat=None, divisor=None):
+    """The dx formula, and the usual mistakes in it (for hints). ``divisor`` replaces N in the means."""
+    if xhat is None:
+        xhat = (x - mean[..., None]) * rstd[..., None]
     g = grad_y * gamma if with_gamma else grad_y
-    average = (lambda t: t.mean(dim=-1, keepdim=True)) if reduce == "mean" else (lambda t: t.sum(dim=-1, keepdim=True))
-    inner = g - average(g) - (xhat * average(g * xhat) if xhat_term else 0.0)
+    if divisor is not None:
+        average = lambda t: t.sum(dim=-1, keepdim=True) / divisor  # noqa: E731
+    elif reduce == "mean":
+        average = lambda t: t.mean(dim=-1, keepdim=True)  # noqa: E731
+    else:
+        average = lambda t: t.sum(dim=-1, keepdim=True)  # noqa: E731
+    inner = g - (average(g) if mean_term else 0.0) - (xhat * average(g * xhat) if xhat_term else 0.0)
     return inner * rstd[..., None] if with_rstd else inner
 
 
@@ -83,6 +172,7 @@ _DX_MISTAKES = [
     (dict(with_gamma=False), "multiply dy by gamma first: the formula's g is gamma * dy"),
     (dict(reduce="sum"), "the two corrections are means over the row (divide the sums by N), not sums"),
     (dict(xhat_term=False), "the term - xhat * mean(g * xhat), which comes from rstd depending on x, is missing"),
+    (dict(mean_term=False), "the term - mean(g), which comes from the mean depending on x, is missing"),
     (dict(with_rstd=False), "the whole bracket is multiplied by rstd"),
 ]
 
@@ -91,15 +181,14 @@ def check_layernorm_dx(layernorm_dx):
     """Exercise 3.2: ``layernorm_dx(x, gamma, dy, mean, rstd)`` returns dx of y = xhat * gamma + beta
     from the saved statistics (mean and rstd of shape x.shape[:-1]), without autograd."""
     name = "Exercise 3.2 (layernorm_dx)"
-    eps = 1e-5
     shapes = [(3, 1), (4, 7), (2, 3, 16), (5, 100)] + hidden_case(lambda: (random_size(1, 6), random_size(1, 120)))
     for shape in shapes:
         x = (torch.randn(shape, dtype=torch.float64) * 2 + 0.5).requires_grad_()
         gamma = torch.randn(shape[-1], dtype=torch.float64)
         grad_y = torch.randn(shape, dtype=torch.float64)
-        (expected,) = torch.autograd.grad(references.layernorm(x, gamma, None, eps), x, grad_y)
+        (expected,) = torch.autograd.grad(references.layernorm(x, gamma, None, EPS), x, grad_y)
         x = x.detach()
-        mean, rstd = _layernorm_stats64(x, eps)
+        mean, rstd = _layernorm_stats64(x, EPS)
         with torch.no_grad():  # the answer must come from the formula, not from autograd
             got = run_student_code(name, layernorm_dx, x.clone(), gamma.clone(), grad_y.clone(),
                                    mean.clone(), rstd.clone())
@@ -107,91 +196,293 @@ def check_layernorm_dx(layernorm_dx):
         try:
             compare(what, got, expected, rtol=1e-9, atol=1e-9)
         except ExerciseError as error:
-            hint = None
-            if isinstance(got, torch.Tensor) and got.shape == expected.shape:
-                for mistake, text in _DX_MISTAKES:
-                    if torch.allclose(got.detach().double(), _layernorm_dx64(x, gamma, grad_y, mean, rstd, **mistake),
-                                      rtol=1e-9, atol=1e-9):
-                        hint = text
-                        break
+            hint = next((text for mistake, text in _DX_MISTAKES
+                         if matches(got, _layernorm_dx64(x, gamma, grad_y, mean, rstd, **mistake))), None)
             raise ExerciseError(without_mask_hints(error) + (f"\n  hint: {hint}" if hint else "")) from None
     print("Exercise 3.2 passed: dx matches autograd's in float64 for widths 1 to 100, 2-D and 3-D x.")
 
 
-def check_column_partial_sums(column_partial_sums):
-    """Exercise 3.3: ``column_partial_sums(x, n_programs)`` returns the partial column sums of a
-    2-D float32 x: row p sums rows p·R to min((p+1)·R, M) - 1, R = cdiv(M, n_programs)."""
-    name = "Exercise 3.3 (column_partial_sums)"
+# --------------------------------------------- Exercise 3.3: partial column sums
+
+
+def _program_ranges(n_rows, n_programs):
+    """(rows a program, the number of programs that get rows): every program but the last gets
+    rows_per_program rows, and none is left without."""
+    rows_per_program = triton.cdiv(n_rows, n_programs)
+    return rows_per_program, triton.cdiv(n_rows, rows_per_program)
+
+
+def launch_column_partial_sums(column_partial_sums_kernel, x, n_programs, out=None, block_rows=4):
+    """How exercise 3.3's checker launches the kernel: program p owns rows p·R to
+    min((p + 1)·R, M) - 1, R = cdiv(M, n_programs), and walks them ``block_rows`` at a time
+    with whole rows (BLOCK_COLS >= N). ``out``, the (programs, N) partial rows, is filled
+    with NaN when not given. Returns it."""
+    n_rows, n_cols = x.shape
+    rows_per_program, n_programs = _program_ranges(n_rows, n_programs)
+    partial = _with_nan_rows(n_programs, n_cols) if out is None else out
+    column_partial_sums_kernel[(n_programs,)](
+        x, partial, n_rows, n_cols, rows_per_program, x.stride(0), partial.stride(0),
+        BLOCK_ROWS=block_rows, BLOCK_COLS=triton.next_power_of_2(n_cols))
+    return partial
+
+
+def _program_sums(products, rows_per_program, block_rows=None, stop_at_n_rows=False):
+    """Each program's column sums of float64 ``products``; with ``block_rows``, the sums a
+    program makes when it masks its last tile with n_rows alone (reading into the next range)."""
+    n_rows = products.shape[0]
+    sums = []
+    for start in range(0, n_rows, rows_per_program):
+        stop = start + rows_per_program
+        if stop_at_n_rows:
+            stop = start + triton.cdiv(rows_per_program, block_rows) * block_rows
+        sums.append(products[start:min(stop, n_rows)].sum(0))
+    return torch.stack(sums)
+
+
+def _partial_rows_hint(got, expected, products, rows_per_program, block_rows):
+    """The usual mistake behind wrong partial rows, or None (``got`` of expected's shape)."""
+    got64 = got.detach().to("cpu", torch.float64)
+    expected, products = expected.cpu(), products.cpu()
+    tolerance = dict(rtol=1e-4, atol=1e-4 * rows_per_program ** 0.5)
+    if matches(got64, _program_sums(products, rows_per_program, block_rows, stop_at_n_rows=True), **tolerance):
+        return ("the rows of a program's last tile past its own range are added too, so they are counted twice "
+                "(by this program and the next): mask the last tile with min((p + 1) * rows_per_program, n_rows), "
+                "not only with n_rows")
+    written = ~got64.isnan().any(dim=1)
+    if (~written).any() and written.any():
+        right_values = all(any(torch.allclose(row, want, **tolerance) for want in expected) for row in got64[written])
+        if right_values:
+            return ("some partial rows are never written while others hold a program's sum: program p stores its "
+                    "sum as row p (partial_ptr + program * stride_partial_row), not at its first row's index or at "
+                    "another program's")
+    if not torch.allclose(got64.sum(0), expected.sum(0), rtol=1e-4, atol=1e-4 * products.shape[0] ** 0.5):
+        return ("the partial rows do not add up to the column sums: some rows are counted twice or not at all; "
+                "program p walks rows p * rows_per_program up to min((p + 1) * rows_per_program, n_rows)")
+    return None
+
+
+def check_column_partial_sums(column_partial_sums_kernel):
+    """Exercise 3.3: ``column_partial_sums_kernel``, launched by :func:`launch_column_partial_sums`,
+    writes the partial column sums of a 2-D float32 x: row p sums program p's range of rows."""
+    name = "Exercise 3.3 (column_partial_sums_kernel)"
+    kernel = require_kernel(name, column_partial_sums_kernel, "column_partial_sums_kernel")
+    block_rows = 4
     cases = [(1, 1, 1), (8, 3, 2), (37, 17, 4), (100, 100, 7), (50, 33, 50), (20, 5, 1)]
     cases += hidden_case(lambda: (lambda m: (m, random_size(1, 60), random_size(1, m)))(random_size(1, 120)))
-    sliced = torch.randn(45, 40, device=DEVICE)[:, :29]
-    inputs = [(torch.randn(m, n, device=DEVICE), p) for m, n, p in cases] + [(sliced, 6)]
-    for x, n_programs in inputs:
+    inputs = [(torch.randn(m, n, device=DEVICE), p, None, "") for m, n, p in cases]
+    wide = torch.randn(45, 40, device=DEVICE)
+    inputs.append((wide[:, :29], 6, _with_nan_rows(6, 29, 32),
+                   f", x = wide[:, :29] whose rows are {wide.stride(0)} elements apart (use stride_x_row), partial's "
+                   "rows 32 elements apart (use stride_partial_row)"))
+    for x, n_programs, out, note in inputs:
         n_rows, n_cols = x.shape
-        rows_per_program = -(-n_rows // n_programs)
-        starts = range(0, n_rows, rows_per_program)
-        what = f"{name}, x of shape {(n_rows, n_cols)}, n_programs={n_programs} ({rows_per_program} rows a program)"
-        if not x.is_contiguous():
-            what += f", x = wide[:, :29] whose rows are {x.stride(0)} elements apart (use stride_x_row)"
-        got = run_student_code(name, column_partial_sums, x, n_programs)
+        rows_per_program, _ = _program_ranges(n_rows, n_programs)
+        what = (f"{name}, x of shape {(n_rows, n_cols)}, n_programs={n_programs} ({rows_per_program} rows a "
+                f"program, tiles of {block_rows}){note}")
         x64 = x.double()
-        expected = torch.stack([x64[start:start + rows_per_program].sum(0) for start in starts])
-        comparable = isinstance(got, torch.Tensor) and got.shape == expected.shape and not got.isnan().any()
-        if comparable and not torch.allclose(got.detach().double().sum(0).cpu(), x64.sum(0).cpu(),
-                                             rtol=1e-4, atol=1e-4):
-            hint = ("\n  hint: the partial rows do not add up to x.sum(0): some rows are counted twice or not at "
-                    "all. Program p must stop at its own last row, min((p + 1) * rows_per_program, n_rows), and "
-                    "mask the rows of its last tile with it, not only with n_rows.")
-        else:
-            hint = ""
-        try:
-            compare(f"{what}: partial (row p is program p's sum)", got, expected, rtol=1e-5,
-                    atol=1e-5 * rows_per_program ** 0.5, show_picture=True)
-            compare(f"{what}: the total partial.sum(0)", got.sum(0), x64.sum(0), rtol=1e-5,
-                    atol=1e-5 * n_rows ** 0.5)
-        except ExerciseError as error:
-            raise ExerciseError(f"{error}{hint}") from None
-    print(f"Exercise 3.3 passed: {len(inputs)} shapes, from one row to ranges that end inside a tile, "
-          "and a sliced x.")
+        expected = _program_sums(x64, rows_per_program)
+        for how, got in kernel_runs(name, launch_column_partial_sums, kernel, x, n_programs, out, block_rows):
+            try:
+                compare(f"{what}{', ' + how if how else ''}: partial (row p is program p's sum)", got, expected,
+                        rtol=1e-5, atol=1e-5 * rows_per_program ** 0.5, show_picture=True)
+            except ExerciseError as error:
+                hint = _partial_rows_hint(got, expected, x64, rows_per_program, block_rows)
+                raise ExerciseError(str(error) + (f"\n  hint: {hint}" if hint else "")) from None
+            if out is not None:
+                out.fill_(float("nan"))
+    print(f"{name.split(' (')[0]} passed: {len(inputs)} shapes, from one row to ranges that end inside a tile, "
+          "and strided x and partial.")
+    x = torch.randn(16384, 1024, device=DEVICE) if DEVICE.type != "cpu" else None
+    run = total = None
+    if x is not None:
+        n_programs = 4 * multiprocessor_count()
+        partial = torch.empty(_program_ranges(16384, n_programs)[1], 1024, device=DEVICE)
+
+        def run():
+            launch_column_partial_sums(kernel, x, n_programs, partial, 8)
+
+        def total():
+            torch.sum(x, dim=0)
+    report_speed(name, run, 16384 * 1024 * 4, against=("torch's x.sum(0)", total),
+                 advice="with few programs, each walks many tiles one after another: check that each tile's loads "
+                        "are whole contiguous rows and that the accumulator stays a tile until the end (one "
+                        "tl.sum after the loop, not one a tile)")
 
 
-def check_grad_through_row_max(grad_through_row_max):
-    """Exercise 3.4: ``grad_through_row_max(x, grad_z)`` returns dL/dx for z = x / max(x) (per row)
-    given grad_z = dL/dz, without autograd."""
-    name = "Exercise 3.4 (grad_through_row_max)"
-    random_rows = torch.randn(4, 9, dtype=torch.float64)
-    negative = -torch.rand(3, 6, dtype=torch.float64) - 0.5  # every value negative: so is the maximum
-    ties = torch.randn(3, 8, dtype=torch.float64)
-    ties[:, [1, 5]] = ties.amax(dim=-1, keepdim=True) + 1.0  # two maxima a row
-    ties[2, 7] = ties[2, 1]  # three in the last row
-    cases = [(random_rows, "random rows"), (torch.randn(2, 3, 5, dtype=torch.float64), "a 3-D x"),
-             (torch.rand(3, 1, dtype=torch.float64) + 0.5, "rows of one element"),
-             (negative, "rows whose maximum is negative"), (ties, "rows whose maximum is tied")]
-    cases += hidden_case(lambda: (random_matrix(6, 30), "random rows"))
-    for x, kind in cases:
-        x = x.requires_grad_()
-        grad_z = torch.randn(x.shape, dtype=torch.float64)
-        (expected,) = torch.autograd.grad(x / x.amax(dim=-1, keepdim=True), x, grad_z)
-        with torch.no_grad():
-            got = run_student_code(name, grad_through_row_max, x.detach().clone(), grad_z.clone())
-        what = f"{name}, x of shape {tuple(x.shape)}, {kind}"
-        try:
-            compare(what, got, expected, rtol=1e-9, atol=1e-9)
-        except ExerciseError as error:
-            x = x.detach()
-            m = x.amax(dim=-1, keepdim=True)
-            is_max = x == m
-            if isinstance(got, torch.Tensor) and got.shape == x.shape and torch.allclose(
-                    got.double()[~is_max], expected[~is_max], rtol=1e-9, atol=1e-9):
-                if torch.allclose(got.double(), grad_z / m, rtol=1e-9, atol=1e-9):
-                    hint = ("only the maxima are wrong: they also get dL/dm = -sum_k(grad_z_k * x_k) / m² "
-                            "through the max itself")
-                elif is_max.sum(dim=-1).max() > 1:
-                    hint = ("only the tied maxima are wrong: like autograd, share dL/dm equally between them "
-                            "(divide it by the number of maxima in the row)")
-                else:
-                    hint = "only the maxima are wrong: check the sign and the power of m in dL/dm"
-            else:
-                hint = "every element gets grad_z / m, the chain rule through the division"
-            raise ExerciseError(f"{without_mask_hints(error)}\n  hint: {hint}") from None
-    print(f"Exercise 3.4 passed: {len(cases)} cases, including a negative maximum and tied maxima.")
+# ------------------------------------------------- Exercise 3.4: the backward kernel
+
+
+def launch_layernorm_backward_rows(layernorm_backward_rows_kernel, x, gamma, grad_y, mean, rstd, n_programs,
+                                   out=None, block_rows=4):
+    """How exercise 3.4's checker launches the kernel: program p owns rows p·R to
+    min((p + 1)·R, M) - 1, R = cdiv(M, n_programs), walks them ``block_rows`` whole rows
+    at a time, writes their dx, and stores its partial sums of dgamma and dbeta as row p of
+    two (programs, N) buffers. ``out`` is (dx, partial_dgamma, partial_dbeta), filled with
+    NaN when not given. Returns it; stage 2 (the column sums of the partial rows) is the
+    caller's."""
+    n_rows, n_cols = x.shape
+    rows_per_program, n_programs = _program_ranges(n_rows, n_programs)
+    if out is None:
+        out = (_with_nan_rows(n_rows, n_cols), _with_nan_rows(n_programs, n_cols),
+               _with_nan_rows(n_programs, n_cols))
+    grad_x, partial_dgamma, partial_dbeta = out
+    if partial_dgamma.stride(0) != partial_dbeta.stride(0):
+        raise ValueError("the two partial buffers share one row stride")
+    layernorm_backward_rows_kernel[(n_programs,)](
+        x, gamma, grad_y, mean, rstd, grad_x, partial_dgamma, partial_dbeta,
+        n_rows, n_cols, rows_per_program,
+        x.stride(0), grad_y.stride(0), grad_x.stride(0), partial_dgamma.stride(0),
+        BLOCK_ROWS=block_rows, BLOCK_COLS=triton.next_power_of_2(n_cols))
+    return grad_x, partial_dgamma, partial_dbeta
+
+
+def _grad_x_hint(got, x, gamma, grad_y, mean, rstd):
+    """The usual mistake behind a wrong dx of the backward kernel, or None."""
+    n_cols = x.shape[1]
+    block_cols = triton.next_power_of_2(n_cols)
+    candidates = [
+        (dict(mean_term=False), "dx misses the term - mean(g) (g = gamma * dy), which comes from the mean "
+                                "depending on every x of the row"),
+        (dict(xhat_term=False), "dx misses the term - xhat * mean(g * xhat), which comes from rstd depending on "
+                                "every x of the row"),
+        (dict(with_gamma=False), "multiply dy by gamma first: the formula's g is gamma * dy"),
+        (dict(reduce="sum"), "the two corrections are means over the row (divide the sums by n_cols), not sums"),
+        (dict(xhat=x * rstd[:, None]), "xhat is recomputed without the mean: xhat = (x - mean) * rstd"),
+        (dict(xhat=(x - mean[:, None]) / rstd[:, None]), "xhat is recomputed dividing by rstd: rstd is already "
+                                                         "1 / sqrt(var + eps), so xhat = (x - mean) * rstd"),
+    ]
+    if block_cols != n_cols:
+        candidates.append((dict(divisor=block_cols), "the row means divide by BLOCK_COLS, the padded width, so the "
+                                                     "padding lanes count in them: divide by n_cols"))
+    for mistake, hint in candidates:
+        if matches(got, _layernorm_dx64(x, gamma, grad_y, mean, rstd, **mistake), rtol=1e-4, atol=1e-4):
+            return hint
+    return None
+
+
+def _partial_grads_hint(got_dgamma, got_dbeta, products, rows_per_program, block_rows, x, gamma, grad_y, mean,
+                        rstd):
+    """The usual mistake behind wrong partial rows of dgamma and dbeta, or None."""
+    expected_dgamma, expected_dbeta = (_program_sums(p, rows_per_program) for p in products)
+    tolerance = dict(rtol=1e-4, atol=1e-4 * rows_per_program ** 0.5)
+    if matches(got_dgamma, expected_dbeta, **tolerance) and matches(got_dbeta, expected_dgamma, **tolerance):
+        return ("the partial rows of dgamma and dbeta are swapped: dgamma's are the sums of dy * xhat, dbeta's "
+                "the sums of dy")
+    if matches(got_dgamma, _program_sums(products[0] * gamma, rows_per_program), **tolerance):
+        return "dgamma sums dy * xhat, without gamma: gamma * xhat is y - beta, not xhat"
+    for wrong_xhat, hint in [(x * rstd[:, None], "xhat is recomputed without the mean: xhat = (x - mean) * rstd"),
+                             ((x - mean[:, None]) / rstd[:, None], "xhat is recomputed dividing by rstd: xhat = "
+                                                                  "(x - mean) * rstd")]:
+        if matches(got_dgamma, _program_sums(grad_y * wrong_xhat, rows_per_program), **tolerance):
+            return hint
+    for got, expected, product in [(got_dgamma, expected_dgamma, products[0]),
+                                   (got_dbeta, expected_dbeta, products[1])]:
+        if isinstance(got, torch.Tensor) and got.shape == expected.shape:
+            hint = _partial_rows_hint(got, expected, product, rows_per_program, block_rows)
+            if hint:
+                return hint
+    if isinstance(got_dgamma, torch.Tensor) and got_dgamma.shape == expected_dgamma.shape:
+        per_row = products[0].sum(dim=1)  # a sum along each row, where a partial row sums down the columns
+        if torch.isclose(got_dgamma.detach().cpu().double().flatten(), per_row[:, None].cpu(),
+                         rtol=1e-4, atol=1e-4).any(dim=0).float().mean() > 0.5:
+            return ("the partial rows hold sums along rows (axis=1): dgamma's and dbeta's partial sums run down "
+                    "the columns, over the program's rows, so accumulate tiles and reduce with axis=0")
+    return None
+
+
+def check_layernorm_backward_rows(layernorm_backward_rows_kernel):
+    """Exercise 3.4: ``layernorm_backward_rows_kernel``, launched by
+    :func:`launch_layernorm_backward_rows`, writes dx of every row and each program's partial
+    rows of dgamma and dbeta; the checker adds the partial rows in a fixed order (stage 2)."""
+    name = "Exercise 3.4 (layernorm_backward_rows_kernel)"
+    kernel = require_kernel(name, layernorm_backward_rows_kernel, "layernorm_backward_rows_kernel")
+    from ...core.rows import sum_partial_rows
+
+    block_rows = 4
+    cases = [(1, 1, 1), (5, 3, 2), (9, 17, 3), (30, 100, 4), (13, 40, 13), (37, 20, 5)]
+    cases += hidden_case(lambda: (lambda m: (m, random_size(1, 70), random_size(1, m)))(random_size(1, 60)))
+    inputs = [(torch.randn(m, n, device=DEVICE) * 2 + 0.5, torch.randn(m, n, device=DEVICE), p, None, "")
+              for m, n, p in cases]
+    wide_x, wide_dy = torch.randn(21, 40, device=DEVICE) * 2 + 0.5, torch.randn(21, 48, device=DEVICE)
+    out = (_with_nan_rows(21, 33, 36), _with_nan_rows(4, 33, 35), _with_nan_rows(4, 33, 35))
+    inputs.append((wide_x[:, :33], wide_dy[:, :33], 4, out,
+                   ", x, dy, dx and the partial rows each with rows further apart than 33 elements (use their "
+                   "strides)"))
+    for x, grad_y, n_programs, out, note in inputs:
+        n_rows, n_cols = x.shape
+        rows_per_program, _ = _program_ranges(n_rows, n_programs)
+        gamma = torch.randn(n_cols, device=DEVICE)
+        x64, gamma64, grad_y64 = x.double(), gamma.double(), grad_y.double()
+        mean64, rstd64 = _layernorm_stats64(x64, EPS)
+        mean, rstd = mean64.float(), rstd64.float()  # as the forward saved them
+        mean64, rstd64 = mean.double(), rstd.double()
+        xhat64 = (x64 - mean64[:, None]) * rstd64[:, None]
+        products = (grad_y64 * xhat64, grad_y64)
+        expected_dx = _layernorm_dx64(x64, gamma64, grad_y64, mean64, rstd64)
+        expected = (_program_sums(products[0], rows_per_program), _program_sums(products[1], rows_per_program))
+        what = (f"{name}, x of shape {(n_rows, n_cols)}, n_programs={n_programs} ({rows_per_program} rows a "
+                f"program, tiles of {block_rows}){note}")
+        runs = kernel_runs(name, launch_layernorm_backward_rows, kernel, x, gamma, grad_y, mean, rstd, n_programs,
+                           out, block_rows)
+        totals = []
+        for how, (grad_x, partial_dgamma, partial_dbeta) in runs:
+            where = what + (f", {how}" if how else "")
+            partial_atol = 1e-4 * rows_per_program ** 0.5
+            try:
+                compare(f"{where}: dx", grad_x, expected_dx, rtol=1e-4, atol=1e-4, show_picture=True)
+            except ExerciseError as error:
+                hint = _grad_x_hint(grad_x, x64, gamma64, grad_y64, mean64, rstd64)
+                raise ExerciseError(str(error) + (f"\n  hint: {hint}" if hint else "")) from None
+            try:
+                compare(f"{where}: partial_dgamma (row p: program p's sum of dy * xhat)", partial_dgamma,
+                        expected[0], rtol=1e-4, atol=partial_atol, show_picture=True)
+                compare(f"{where}: partial_dbeta (row p: program p's sum of dy)", partial_dbeta, expected[1],
+                        rtol=1e-4, atol=partial_atol, show_picture=True)
+            except ExerciseError as error:
+                hint = _partial_grads_hint(partial_dgamma, partial_dbeta, products, rows_per_program, block_rows,
+                                           x64, gamma64, grad_y64, mean64, rstd64)
+                raise ExerciseError(str(error) + (f"\n  hint: {hint}" if hint else "")) from None
+            # stage 2: the partial rows added down the columns in a fixed order, as the course's backward does
+            totals.append([sum_partial_rows(partial.contiguous(), torch.float32)
+                           for partial in (partial_dgamma, partial_dbeta)])
+            compare(f"{where}: dgamma, your partial rows added in a fixed order", totals[-1][0], products[0].sum(0),
+                    rtol=1e-4, atol=1e-4 * n_rows ** 0.5)
+            compare(f"{where}: dbeta, your partial rows added in a fixed order", totals[-1][1], products[1].sum(0),
+                    rtol=1e-4, atol=1e-4 * n_rows ** 0.5)
+            if out is not None:
+                for tensor in out:
+                    tensor.fill_(float("nan"))
+    print(f"{name.split(' (')[0]} passed: dx and the partial rows of dgamma and dbeta for {len(inputs)} shapes, "
+          "from one row to ranges that end inside a tile, and strided tensors; their sums in a fixed order match "
+          "autograd's dgamma and dbeta.")
+    _report_backward_speed(name, kernel, sum_partial_rows)
+
+
+def _report_backward_speed(name, kernel, sum_partial_rows):
+    """Both stages of the student's backward against the course's, on 16384 rows of 1024 float32 values."""
+    run = course = None
+    if DEVICE.type != "cpu":
+        from ...kernels.layernorm_op.tiled import RowStats, layernorm_backward
+
+        n_rows, n_cols = 16384, 1024
+        x, grad_y = torch.randn(n_rows, n_cols, device=DEVICE), torch.randn(n_rows, n_cols, device=DEVICE)
+        gamma = torch.randn(n_cols, device=DEVICE)
+        mean64, rstd64 = _layernorm_stats64(x.double(), EPS)
+        mean, rstd = mean64.float(), rstd64.float()
+        n_programs = 4 * multiprocessor_count()
+        n_partial = _program_ranges(n_rows, n_programs)[1]
+        out = (torch.empty_like(x), torch.empty(n_partial, n_cols, device=DEVICE),
+               torch.empty(n_partial, n_cols, device=DEVICE))
+
+        def run():
+            _, partial_dgamma, partial_dbeta = launch_layernorm_backward_rows(
+                kernel, x, gamma, grad_y, mean, rstd, n_programs, out, 4)
+            sum_partial_rows(partial_dgamma, torch.float32)
+            sum_partial_rows(partial_dbeta, torch.float32)
+
+        def course():
+            layernorm_backward(grad_y, x, gamma, True, RowStats(mean, rstd))
+    report_speed(name, run, 3 * 16384 * 1024 * 4, against=("course_lib's backward", course),
+                 advice="load gamma once a program, before the loop over its tiles, keep both accumulators as tiles "
+                        "until the end (one tl.sum each after the loop), and check that each tile's loads are "
+                        "whole contiguous rows")

@@ -235,7 +235,7 @@ def _coor_descent_without_max32(s, k, n_iters, schedule):
     a = torch.full((s32.shape[0], 1), epsilons[0] * (logk - math.log(s32.shape[1])))
     for t in range(1, n_iters):
         a = epsilons[t] * logk - epsilons[t] * torch.exp(torch.minimum(s32, -a) / epsilons[t]).sum(-1, keepdim=True).log()
-    return torch.exp(torch.clamp(s32 + a, max=0.0) / epsilons[-1])
+    return torch.exp(torch.clamp(s32 + a, max=0.0) / epsilons[-1]).double()
 
 
 def _coor_descent_row_hint(got, s, k, n_iters, schedule, large):
@@ -292,15 +292,15 @@ def check_coor_descent_row(coor_descent_row_kernel):
     kernel = require_kernel(name, coor_descent_row_kernel, "coor_descent_row_kernel")
     fixed, falling = dict(eps=0.1), dict(eps=0.03, eps_init=4.0, eps_decay=0.7)
     cases = [  # (s, k, n_iters, ε schedule, what, large scores)
-        (torch.randn(4, 1, device=DEVICE), 1.0, 3, fixed, "rows of one score", False),
         (torch.randn(3, 5, device=DEVICE), 2.0, 1, fixed, "one iteration", False),
         (torch.randn(4, 17, device=DEVICE), 3.5, 2, fixed, "two iterations", False),
         (torch.randn(5, 100, device=DEVICE), 10.0, 20, fixed, "20 iterations", False),
         (torch.randn(3, 64, device=DEVICE), 8.0, 5, falling, "ε from 4 down by 0.7, 5 iterations", False),
         (torch.randn(2, 100, device=DEVICE), 0.5, 20, falling, "ε from 4 down to 0.03, 20 iterations", False),
+        (torch.randn(4, 1, device=DEVICE), 1.0, 3, fixed, "rows of one score", False),
         (torch.randn(3, 40, device=DEVICE), 40.0, 7, dict(eps=0.2), "k = n (every y near 1)", False),
-        ((torch.rand(3, 50, device=DEVICE) * 2 - 1) * 20, 5.0, 12, dict(eps=0.05),
-         "scores up to ±20 and eps = 0.05 (exp overflows past 88 unless the largest term is subtracted)", True),
+        ((torch.rand(3, 50, device=DEVICE) * 2 - 1) * 20, 5.0, 20, dict(falling, eps=0.05),
+         "scores up to ±20, ε down to 0.05 (exp overflows past 88 unless the largest term is subtracted)", True),
     ]
     transposed = torch.randn(30, 6, device=DEVICE).t()
     cases.append((transposed, 4.0, 10, fixed, f"a transposed s (strides {transposed.stride()}: use stride_s_col)",

@@ -19,6 +19,15 @@ EXERCISES = (
 )
 
 
+def _as_rows(t):
+    """t (..., d) as the 2-D view of its rows where its strides allow: the same memory, and
+    what the picture of an out-of-bounds access can draw (it draws 1-D and 2-D tensors)."""
+    try:
+        return t.view(-1, t.shape[-1])
+    except RuntimeError:
+        return t
+
+
 def _with_hint(error, hint):
     return ExerciseError(f"{error}\n  hint: {hint}") if hint else error
 
@@ -35,7 +44,7 @@ def launch_add_routed_rows(add_routed_rows_kernel, light, heavy, indices, out=No
         out = light.clone()
     batch, num_routed, dim = heavy.shape
     grid = (triton.cdiv(num_routed, block_tokens), triton.cdiv(dim, block_dim), batch)
-    add_routed_rows_kernel[grid](out, heavy, indices, num_routed, dim, out.stride(0), out.stride(1),
+    add_routed_rows_kernel[grid](_as_rows(out), _as_rows(heavy), indices, num_routed, dim, out.stride(0), out.stride(1),
                                  heavy.stride(0), heavy.stride(1), indices.stride(0),
                                  BLOCK_TOKENS=block_tokens, BLOCK_DIM=block_dim)
     return out
@@ -119,7 +128,7 @@ def launch_local_attention_forward(local_attention_forward_kernel, q, k, v, wind
         out = torch.full(q.shape, float("nan"), device=q.device, dtype=q.dtype)
     heads, seq_len, head_dim = q.shape
     grid = (triton.cdiv(seq_len, block_q), heads)
-    local_attention_forward_kernel[grid](q, k, v, out, seq_len, window, head_dim ** -0.5,
+    local_attention_forward_kernel[grid](*map(_as_rows, (q, k, v, out)), seq_len, window, head_dim ** -0.5,
                                          q.stride(0), q.stride(1), k.stride(0), k.stride(1),
                                          v.stride(0), v.stride(1), out.stride(0), out.stride(1),
                                          HEAD_DIM=head_dim, BLOCK_Q=block_q, BLOCK_K=block_k)
