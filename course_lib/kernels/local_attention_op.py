@@ -384,7 +384,7 @@ def local_causal_attention(q, k, v, window):
     without writing the scores.
 
     q, k, v: (batch, heads, n, head_dim), one dtype (float32, float16 or bfloat16), any
-    strides, head_dim at most MAX_HEAD_DIM, any n (the last window may be short).
+    strides, head_dim at most MAX_HEAD_DIM (128), any n (the last window may be short).
     Returns (batch, heads, n, head_dim), laid out as (batch, n, heads, head_dim) so that
     merging the heads is a view. Computes in float32.
     """

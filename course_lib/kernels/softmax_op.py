@@ -513,7 +513,8 @@ def causal_softmax(x, diagonal=None):
     j <= i. Non-square scores need it said which key is on a query's diagonal, as in
     ``torch.tril(diagonal=...)``: ``diagonal=n - m`` for m new queries after n - m
     earlier keys (the last query sees every key), ``diagonal=0`` for the top-left
-    corner. A query that sees no key (i + diagonal < 0) gets zeros.
+    corner. A query that sees no key (i + diagonal < 0) gets zeros. x is float32, float16
+    or bfloat16, any strides; the result has x's shape and dtype, computed in float32.
 
     Hidden entries (j > i + diagonal) take no part and come out exactly 0 (in a row
     made NaN by a NaN key, possibly NaN). They are not read either, apart from the few

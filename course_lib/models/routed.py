@@ -55,6 +55,16 @@ class Ops(NamedTuple):
     causal_softmax: object
     local_attention: object = None
 
+    def __repr__(self):
+        # A signature or help() shows the default by name, not as five function addresses.
+        if self == COURSE_OPS:
+            return "COURSE_OPS"
+        if self == REFERENCE_OPS:
+            return "REFERENCE_OPS"
+        names = (f"{field}={getattr(value, '__module__', '')}.{getattr(value, '__qualname__', repr(value))}"
+                 for field, value in zip(self._fields, self))
+        return f"Ops({', '.join(names)})"
+
 
 COURSE_OPS = Ops(layernorm, weighted_sum, coor_descent, causal_softmax, fused_local_causal_attention)
 REFERENCE_OPS = Ops(references.layernorm, references.weighted_sum, references.coor_descent,
@@ -180,6 +190,17 @@ class CoordinateDescentRouter(nn.Module):
     """Picks k tokens of each sequence: colt5_attention's ``CoordinateDescentRouter``.
 
     Scores s = x · routing_token (a weighted sum per token), then ``top_k_routing``.
+
+    Args:
+        dim: the tokens' width (the routing token's length).
+        n_iters: coordinate-descent iterations (at least 1).
+        fetch_k_ratio: the descent aims at ``fetch_k_ratio · k`` tokens (at least 1), then the
+            top k of its weights are kept.
+        eps, eps_init, eps_decay: the smoothing ε of the last iteration, of the first, and its
+            decay per iteration.
+        straight_through: scores of the routed tokens as ``w + (1 - w).detach()``, so gradients
+            reach the router while the forward multiplies by 1.
+        ops: the kernels (``COURSE_OPS``) or the PyTorch references (``REFERENCE_OPS``).
     """
 
     def __init__(self, dim, *, n_iters=20, fetch_k_ratio=9 / 8, eps=0.03, eps_init=4.0, eps_decay=0.7,
@@ -199,6 +220,14 @@ class CoordinateDescentRouter(nn.Module):
         self.routing_token = nn.Parameter(torch.randn(dim))
 
     def forward(self, x, *, num_tokens, mask=None):
+        """Route ``num_tokens`` tokens of each sequence.
+
+        x: (batch, n, dim) in the router's dtype; mask: (batch, n) bool, True for real tokens,
+        or None. Returns ``Routed(indices, scores, tokens, mask)``: indices (batch, num_tokens)
+        int64 (the chosen positions, best first; padding never while a real token is left),
+        scores (batch, num_tokens) their weights, tokens (batch, num_tokens, dim) gathered, and
+        the mask of the routed tokens (None without a mask).
+        """
         op = "CoordinateDescentRouter"
         check_tokens(op, x, self.routing_token.shape[0], self.routing_token.dtype)
         check_mask(op, mask, x)
@@ -402,7 +431,16 @@ class RoutedCausalAttention(nn.Module):
 
 class RoutedBlock(nn.Module):
     """A decoder block: x + routed attention(x), then + routed feed-forward, as
-    colt5_attention's ``ConditionalRoutedTransformerBlock`` adds its branches."""
+    colt5_attention's ``ConditionalRoutedTransformerBlock`` adds its branches.
+
+    Args:
+        dim: the tokens' width.
+        num_heavy_tokens: tokens each router sends to the heavy branch (at most the sequence length).
+        light_window_size: the light attention's window (tokens).
+        heads, dim_head: attention heads and their width (``dim_head`` at most MAX_HEAD_DIM, 128).
+        router_kwargs: arguments of both :class:`CoordinateDescentRouter` (n_iters, eps, ...).
+        ops: the kernels (``COURSE_OPS``) or the PyTorch references (``REFERENCE_OPS``).
+    """
 
     def __init__(self, dim, *, num_heavy_tokens, light_window_size=128, heads=8, dim_head=64,
                  router_kwargs=None, ops=COURSE_OPS):
@@ -417,6 +455,9 @@ class RoutedBlock(nn.Module):
         self.ff = RoutedFeedForward(dim, num_heavy_tokens=num_heavy_tokens, router_kwargs=router_kwargs, ops=ops)
 
     def forward(self, x, mask=None):
+        """x: (batch, n, dim) in the block's dtype (float32, float16 or bfloat16) on its device;
+        mask: (batch, n) bool, True for real tokens, or None. Returns (batch, n, dim) in x's dtype.
+        Bad input raises naming the argument."""
         op = "RoutedBlock"
         check_tokens(op, x, self.dim, _module_dtype(self))
         check_mask(op, mask, x)

@@ -449,6 +449,12 @@ class LayerNorm(nn.Module):
             nn.init.zeros_(self.bias)
 
     def forward(self, x):
+        """Normalise ``x`` over its last dimension.
+
+        x: (..., normalized_shape) float32, float16 or bfloat16, on the parameters' device,
+        any strides. Returns a tensor of x's shape and dtype; gradients flow to x, ``weight``
+        and ``bias``. Bad input raises naming what was wrong.
+        """
         check_tensor("LayerNorm", "x", x)
         if x.shape[-1] != self.normalized_shape[0]:
             raise ValueError(

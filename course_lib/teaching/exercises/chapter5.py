@@ -1,100 +1,32 @@
 """Checkers of chapter 5, from kernel to layer: one function an exercise."""
 
+import contextlib
+import inspect
+
 import torch
+import triton
 
-from ...core.runtime import DEVICE
+from ...core.runtime import DEVICE, ON_GPU
 from ..checking import ExerciseError, compare, run_student_code
-from .common import Exercise, hidden_case, random_size
+from ..student_kernels import kernel_runs, report_speed, require_kernel
+from .common import Exercise, hidden_case, matches, random_size
 
-__all__ = ["check_scale_columns_op", "check_scale_columns_autograd", "check_without_graph_breaks"]
+__all__ = ["check_without_graph_breaks", "launch_scale_columns_backward", "check_scale_columns_backward",
+           "launch_scale_columns_forward", "check_scale_columns_op"]
 # The chapter's exercises, in order, for the instructors' notes.
 EXERCISES = (
-    Exercise('5.1', 'a custom operator', 'check_scale_columns_op', kernel=False, skills='torch.library custom operators, fake tensors', difficulty=2, minutes=20),
-    Exercise('5.2', 'its backward', 'check_scale_columns_autograd', kernel=False, skills='register_autograd', difficulty=2, minutes=20),
-    Exercise('5.3', 'remove a graph break', 'check_without_graph_breaks', kernel=False, skills='torch.compile graph breaks', difficulty=2, minutes=20),
+    Exercise('5.1', 'remove a graph break', 'check_without_graph_breaks', kernel=False, skills='torch.compile graph breaks, data-dependent Python turned into tensor operations', difficulty=2, minutes=15),
+    Exercise('5.2', 'a fused backward kernel', 'check_scale_columns_backward', kernel=True, skills='two gradients from one launch, partial column sums kept in registers down a group of rows, masks on the last group, strides', difficulty=3, minutes=35),
+    Exercise('5.3', 'the layer as an operator', 'check_scale_columns_op', kernel=True, skills='torch.library.triton_op and wrap_triton, register_autograd through a backward operator, opcheck, torch.compile(fullgraph=True)', difficulty=4, minutes=45),
 )
 
 
-
-def _require_custom_op(name, op):
-    if not isinstance(op, torch._library.custom_ops.CustomOpDef):
-        raise ExerciseError(f"{name}: pass the operator that @torch.library.custom_op made, got {type(op).__name__}")
-
-
-def _opcheck(name, op, args, what):
-    """torch.library.opcheck, its failure told as which of its tests failed and why."""
-    try:
-        torch.library.opcheck(op, args)
-    except torch.testing._internal.optests.OpCheckError as error:
-        first_line = str(error).strip().splitlines()[0]
-        raise ExerciseError(f"{name}: torch.library.opcheck failed {what}: {first_line}") from error
-
-
-def check_scale_columns_op(scale_columns_op):
-    """Exercise 5.1: a custom operator out = x * w[None, :] with a fake implementation."""
-    name = "Exercise 5.1 (scale_columns_op)"
-    _require_custom_op(name, scale_columns_op)
-    cases = [(1, 1), (5, 3), (37, 130)] + hidden_case(lambda: (random_size(2, 60), random_size(2, 150)))
-    for shape in cases:
-        x = torch.randn(shape, device=DEVICE)
-        w = torch.randn(shape[1], device=DEVICE)
-        got = run_student_code(name, scale_columns_op, x, w)
-        compare(f"{name}, x of shape {shape}", got, x.double() * w.double(), rtol=1e-6, atol=1e-6)
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    real = run_student_code(name, scale_columns_op, torch.randn(6, 7, device=DEVICE), torch.randn(7, device=DEVICE))
-    with FakeTensorMode() as mode:
-        x, w = mode.from_tensor(torch.randn(6, 7, device=DEVICE)), mode.from_tensor(torch.randn(7, device=DEVICE))
-        try:
-            fake = scale_columns_op(x, w)
-        except Exception as error:  # no fake registered, or one that fails
-            raise ExerciseError(f"{name}: on fake tensors (what torch.compile traces with) the operator raised "
-                                f"{type(error).__name__}: register a fake implementation with "
-                                "@scale_columns_op.register_fake") from error
-        if not isinstance(fake, torch.Tensor) or (fake.shape, fake.dtype, fake.device) != (x.shape, x.dtype, x.device):
-            got = (tuple(fake.shape), fake.dtype, fake.device) if isinstance(fake, torch.Tensor) else fake
-            raise ExerciseError(f"{name}: the fake implementation must return an empty tensor like the real "
-                                f"output, shape {tuple(x.shape)}, {x.dtype}, on {x.device}; got {got}")
-        # Checked here too: opcheck before torch 2.12 lets a fake with other strides through.
-        if fake.stride() != real.stride():
-            raise ExerciseError(f"{name}: the fake implementation's output has strides {fake.stride()}, the real "
-                                f"one's {real.stride()} (shape {tuple(x.shape)}): compiled code would read the "
-                                "real output laid out as the fake says; give both the same layout")
-    x = torch.randn(9, 5, device=DEVICE)
-    _opcheck(name, scale_columns_op, (x, torch.randn(5, device=DEVICE)), "on x of shape (9, 5)")
-    print(f"Exercise 5.1 passed: {len(cases)} shapes, the fake implementation's shapes, and every opcheck test.")
-
-
-def check_scale_columns_autograd(scale_columns_op):
-    """Exercise 5.2: the operator of 5.2 with autograd registered: grads of x and w."""
-    name = "Exercise 5.2 (scale_columns_trainable)"
-    _require_custom_op(name, scale_columns_op)
-    for shape in [(1, 1), (4, 3), (33, 17)] + hidden_case(lambda: (random_size(2, 40), random_size(2, 40))):
-        x = torch.randn(shape, device=DEVICE, requires_grad=True)
-        w = torch.randn(shape[1], device=DEVICE, requires_grad=True)
-        grad_out = torch.randn(shape, device=DEVICE)
-        out = run_student_code(name, scale_columns_op, x, w)
-        if not out.requires_grad:
-            raise ExerciseError(f"{name}: the output does not require grad; register the backward with "
-                                "scale_columns_op.register_autograd(backward, setup_context=setup_context)")
-        run_student_code(name, out.backward, grad_out)
-        x64, w64 = x.detach().double(), w.detach().double()
-        for what, got, expected in (("grad of x", x.grad, grad_out.double() * w64),
-                                    ("grad of w", w.grad, (grad_out.double() * x64).sum(0))):
-            if got is None:
-                raise ExerciseError(f"{name}: the {what} is None for x of shape {shape}: backward must return "
-                                    "(grad_x, grad_w), one gradient for each input")
-            compare(f"{name}: the {what} for x of shape {shape}", got, expected, rtol=1e-5, atol=1e-5 * shape[0])
-    x = torch.randn(6, 4, device=DEVICE, requires_grad=True)
-    _opcheck(name, scale_columns_op, (x, torch.randn(4, device=DEVICE, requires_grad=True)), "with inputs that need grad")
-    print("Exercise 5.2 passed: the grads of x and w for 3 shapes, and opcheck's autograd tests.")
-
-
+# ------------------------------------------------------------------ 5.1: a graph break
 def check_without_graph_breaks(peak_scaled_softmax):
-    """Exercise 5.3: softmax(x / max(max|x|, 1)) over the last dimension, traced in one graph."""
+    """Exercise 5.1: softmax(x / max(max|x|, 1)) over the last dimension, traced in one graph."""
     import logging
 
-    name = "Exercise 5.3 (peak_scaled_softmax)"
+    name = "Exercise 5.1 (peak_scaled_softmax)"
     torch._dynamo.reset()
     for shape in [(1, 1), (4, 7), (3, 5, 33)] + hidden_case(lambda: (random_size(1, 5), random_size(1, 40))):
         x = torch.randn(shape, device=DEVICE) * 3
@@ -117,4 +49,294 @@ def check_without_graph_breaks(peak_scaled_softmax):
         reasons = "; ".join(str(b.reason).strip().splitlines()[0] for b in explanation.break_reasons)
         raise ExerciseError(f"{name}: torch.compile still breaks the graph {explanation.graph_break_count} time(s): "
                             f"{reasons}")
-    print("Exercise 5.3 passed: the values of 4 inputs, and torch._dynamo.explain finds one graph, no break.")
+    print("Exercise 5.1 passed: the values of 4 inputs, and torch._dynamo.explain finds one graph, no break.")
+
+
+# ------------------------------------------------------- 5.2: the fused backward kernel
+def launch_scale_columns_backward(scale_columns_backward_kernel, x, w, grad_y, block_rows=16, block_cols=16,
+                                  rows_per_program=32):
+    """How exercise 5.2's checker launches the kernel: program (g, c) owns the rows
+    ``g * rows_per_program`` to ``(g + 1) * rows_per_program - 1`` (a multiple of
+    ``block_rows``, walked ``block_rows`` at a time) and the columns of block c. It writes
+    grad_x = grad_y * w[None, :] there (grad_x contiguous) and its sums of grad_y * x down
+    its rows into row g of ``partial``, of shape (number of row groups, D). Both start as
+    NaN. Returns (grad_x, partial); grad_w is ``partial.sum(0)``."""
+    if rows_per_program % block_rows:
+        raise ValueError(f"rows_per_program ({rows_per_program}) must be a multiple of block_rows ({block_rows})")
+    n_rows, n_cols = x.shape
+    n_groups = triton.cdiv(n_rows, rows_per_program)
+    grad_x = torch.full(x.shape, float("nan"), device=x.device, dtype=x.dtype)
+    partial = torch.full((n_groups, n_cols), float("nan"), device=x.device, dtype=torch.float32)
+    grid = (n_groups, triton.cdiv(n_cols, block_cols))
+    scale_columns_backward_kernel[grid](
+        x, w, grad_y, grad_x, partial, n_rows, n_cols, x.stride(0), x.stride(1), w.stride(0),
+        grad_y.stride(0), grad_y.stride(1), grad_x.stride(0), partial.stride(0), rows_per_program,
+        BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols)
+    return grad_x, partial
+
+
+def _sums_down_groups(product, rows_per_program):
+    """The partial rows: sums of ``product`` down each group of ``rows_per_program`` rows."""
+    n_rows, n_cols = product.shape
+    n_groups = -(-n_rows // rows_per_program)
+    padded = product.new_zeros(n_groups * rows_per_program, n_cols)
+    padded[:n_rows] = product
+    return padded.reshape(n_groups, rows_per_program, n_cols).sum(1)
+
+
+def _sums_along_rows(product, rows_per_program, block):
+    """What ``tl.sum(..., axis=1)`` in place of axis=0 leaves in the partial rows (square
+    ``block`` × ``block`` tiles): lane k of column block c of group g adds, over the group's
+    tiles, row k of the tile across the block's columns."""
+    n_rows, n_cols = product.shape
+    n_groups, n_col_blocks = -(-n_rows // rows_per_program), -(-n_cols // block)
+    padded = product.new_zeros(n_groups * rows_per_program, n_col_blocks * block)
+    padded[:n_rows, :n_cols] = product
+    tiles = padded.reshape(n_groups, rows_per_program // block, block, n_col_blocks, block)
+    return tiles.sum(dim=(1, 4)).transpose(1, 2).reshape(n_groups, -1)[:, :n_cols]
+
+
+def _read_as_contiguous(t):
+    """``t`` as a kernel that ignores its strides reads it: row i at i * n_cols, or None
+    when that would run past its storage (the guard names that access instead)."""
+    if t.is_contiguous() or t.untyped_storage().nbytes() < t.numel() * t.element_size():
+        return None
+    return t.as_strided(t.shape, (t.shape[1], 1))
+
+
+def _backward_hint(got, x, w, grad_y, rows_per_program, block_rows, block_cols):
+    """The usual mistake behind a wrong (grad_x, partial) of exercise 5.2, or None."""
+    grad_x, partial = got
+    x64, w64, grad_y64 = (t.detach().to("cpu", torch.float64) for t in (x, w, grad_y))
+    if matches(grad_x, grad_y64 * x64, rtol=1e-5, atol=1e-6):
+        return "grad_x is grad_y * x: the derivative of x[i, j] * w[j] by x[i, j] is w[j], so grad_x = grad_y * w"
+    if block_rows == block_cols and matches(partial, _sums_along_rows(grad_y64 * x64, rows_per_program, block_rows),
+                                            rtol=1e-5, atol=1e-5):
+        return ("the partial sums run along each row (axis=1), across the columns: grad_w[j] sums grad_y * x "
+                "over the rows i, down each column, so reduce the tile with axis=0")
+    for what, stride_names in (("x", "stride_x_row and stride_x_col"), ("grad_y", "stride_grad_y_row and "
+                                                                         "stride_grad_y_col")):
+        misread = _read_as_contiguous(x if what == "x" else grad_y)
+        if misread is None:
+            continue
+        misread = misread.to("cpu", torch.float64)
+        product = grad_y64 * misread if what == "x" else misread * x64
+        if matches(partial, _sums_down_groups(product, rows_per_program), rtol=1e-5, atol=1e-5):
+            return (f"{what} was read as if contiguous (row i at i * n_cols, column j at j): this {what} is not; "
+                    f"address it with {stride_names}")
+    return None
+
+
+def check_scale_columns_backward(scale_columns_backward_kernel):
+    """Exercise 5.2: ``scale_columns_backward_kernel``, launched by
+    :func:`launch_scale_columns_backward`, writes grad_x = grad_y * w[None, :] and each
+    row group's partial column sums of grad_y * x, for inputs of any shape and strides."""
+    name = "Exercise 5.2 (scale_columns_backward_kernel)"
+    kernel = require_kernel(name, scale_columns_backward_kernel, "scale_columns_backward_kernel")
+
+    def case(what, x, grad_y=None, w=None, **blocks):
+        grad_y = torch.randn(x.shape, device=DEVICE) if grad_y is None else grad_y
+        w = torch.randn(x.shape[1], device=DEVICE) if w is None else w
+        return what, x, w, grad_y, blocks
+
+    shapes = [(1, 1), (5, 3), (37, 130), (64, 48)] + hidden_case(lambda: (random_size(2, 90), random_size(2, 150)))
+    cases = [case(f"x of shape {shape}", torch.randn(shape, device=DEVICE)) for shape in shapes]
+    transposed = torch.randn(23, 40, device=DEVICE).t()
+    cases += [
+        case(f"x transposed (strides {transposed.stride()})", transposed),
+        case("grad_y transposed (strides (1, 40))", torch.randn(40, 23, device=DEVICE),
+             grad_y=torch.randn(23, 40, device=DEVICE).t()),
+        case("w every other element of a longer tensor (stride 2)", torch.randn(9, 20, device=DEVICE),
+             w=torch.randn(40, device=DEVICE)[::2]),
+        case("grad_y one value expanded (strides (0, 0)), as out.sum().backward() passes it",
+             torch.randn(19, 21, device=DEVICE), grad_y=torch.randn((), device=DEVICE).expand(19, 21)),
+        case("x of shape (45, 70), BLOCK_ROWS=8, BLOCK_COLS=32, rows_per_program=24",
+             torch.randn(45, 70, device=DEVICE), block_rows=8, block_cols=32, rows_per_program=24),
+    ]
+    for what, x, w, grad_y, blocks in cases:
+        blocks = {"block_rows": 16, "block_cols": 16, "rows_per_program": 32} | blocks
+        x64, w64, grad_y64 = x.double(), w.double(), grad_y.double()
+        expected_partial = _sums_down_groups(grad_y64 * x64, blocks["rows_per_program"])
+        try:
+            for how, got in kernel_runs(name, launch_scale_columns_backward, kernel, x, w, grad_y, *blocks.values()):
+                where = f"{name}, {what}" + (f", {how}" if how else "")
+                try:
+                    compare(f"{where}: grad_x", got[0], grad_y64 * w64[None, :], rtol=1e-6, atol=1e-6,
+                            show_picture=True)
+                    compare(f"{where}: partial (row g: the sums down row group g)", got[1], expected_partial,
+                            rtol=1e-5, atol=1e-5 * blocks["rows_per_program"] ** 0.5, show_picture=True)
+                except ExerciseError as error:
+                    hint = _backward_hint(got, x, w, grad_y, *blocks.values())
+                    raise ExerciseError(str(error) + (f"\n  hint: {hint}" if hint else "")) from None
+        except ExerciseError as error:
+            if "out of bounds" not in str(error) or not (x.is_contiguous() and grad_y.is_contiguous()):
+                raise
+            raise ExerciseError(
+                f"{error}\n  hint: the last row group ends past n_rows unless rows_per_program divides it, and the "
+                "last column block past n_cols: mask every load and store of the loop with rows < n_rows and "
+                "cols < n_cols, and the store of the partial row with cols < n_cols") from None
+    print(f"{name.split(' (')[0]} passed: {len(cases)} cases, including transposed x and grad_y, a strided w, "
+          "an expanded grad_y and other block sizes.")
+    big = DEVICE != "cpu"
+    x, grad_y = (torch.randn(8192, 4096, device=DEVICE) for _ in range(2)) if big else (None, None)
+    w = torch.randn(4096, device=DEVICE) if big else None
+    report_speed(name, lambda: launch_scale_columns_backward(kernel, x, w, grad_y, 32, 128, 256), 3 * 8192 * 4096 * 4,
+                 against=("torch's grad_y * w and (grad_y * x).sum(0)", lambda: (grad_y * w, (grad_y * x).sum(0))),
+                 advice="each program should read x and grad_y once, write grad_x once and keep its partial sums in "
+                        "registers down its rows; check that its columns are contiguous in memory (the column index "
+                        "times a column stride of 1), so that loads combine into wide vectors")
+
+
+# ----------------------------------------------------------- 5.3: the layer as an operator
+def launch_scale_columns_forward(scale_columns_forward_kernel, x, w, block_rows=16, block_cols=32):
+    """How exercise 5.3's checker launches the forward kernel on its own: one program a tile
+    of ``block_rows × block_cols``; ``out`` contiguous, filled with NaN."""
+    out = torch.full(x.shape, float("nan"), device=x.device, dtype=x.dtype)
+    grid = (triton.cdiv(x.shape[0], block_rows), triton.cdiv(x.shape[1], block_cols))
+    scale_columns_forward_kernel[grid](x, w, out, x.shape[0], x.shape[1], x.stride(0), x.stride(1), w.stride(0),
+                                       out.stride(0), BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols)
+    return out
+
+
+@contextlib.contextmanager
+def _counting_launches(kernel):
+    """A list that gets one entry each time ``kernel[grid](...)`` launches in the block
+    (eager launches: inductor launches its own compiled copy)."""
+    launches = []
+    run = kernel.run
+
+    def counting_run(*args, **kwargs):
+        launches.append(kwargs.get("grid"))
+        return run(*args, **kwargs)
+
+    kernel.run = counting_run
+    try:
+        yield launches
+    finally:
+        del kernel.run  # the class's method again
+
+
+def _is_triton_op(op):
+    from torch._library.triton import triton_ops_to_kernels
+
+    return op._qualname in triton_ops_to_kernels
+
+
+def _require_operator(name, op):
+    if not isinstance(op, torch._library.custom_ops.CustomOpDef):
+        raise ExerciseError(f"{name}: pass the operator that @torch.library.triton_op made (under the interpreter, "
+                            f"@torch.library.custom_op), got {type(op).__name__}")
+    if ON_GPU and not _is_triton_op(op):
+        raise ExerciseError(f"{name}: on a GPU make the operator a torch.library.triton_op, so that torch.compile "
+                            "sees the kernels it launches through wrap_triton (a custom_op stays opaque)")
+    if not ON_GPU and _is_triton_op(op):
+        raise ExerciseError(f"{name}: under the interpreter a triton_op cannot be traced (wrap_triton has no kernel "
+                            "to record, so torch.compile would run the interpreted kernel on fake tensors): make it a "
+                            "torch.library.custom_op there with a fake implementation, as the stub's `operator` does")
+    if not ON_GPU and "wrap_triton" not in inspect.getsource(op._init_fn):
+        # On a GPU torch.compile finds this out; under the interpreter a bare kernel[grid] works, so say it here.
+        raise ExerciseError(f"{name}: launch the kernel as torch.library.wrap_triton(scale_columns_forward_kernel)"
+                            "[grid](...): on a GPU, where the operator is a triton_op, torch.compile records the "
+                            "launches it sees through wrap_triton, and a bare kernel[grid] fails on its fake tensors")
+
+
+def _opcheck(name, op, args, what):
+    """torch.library.opcheck, its failure told as which of its tests failed and why."""
+    try:
+        torch.library.opcheck(op, args)
+    except torch.testing._internal.optests.OpCheckError as error:
+        first_line = str(error).strip().splitlines()[0]
+        raise ExerciseError(f"{name}: torch.library.opcheck failed {what}: {first_line}") from error
+
+
+def _values_and_grads(name, op, x, w, grad_y, forward_kernel, backward_kernel, what):
+    """op(x, w) and the grads of x and w from grad_y (None: out.sum().backward()), each
+    checked against float64, and both kernels seen to launch."""
+    x = x.detach().requires_grad_()
+    w = w.detach().requires_grad_()
+    with _counting_launches(forward_kernel) as forward_launches:
+        out = run_student_code(name, op, x, w)
+    compare(f"{name}: the operator's output for {what}", out, x.detach().double() * w.detach().double(),
+            rtol=1e-6, atol=1e-6)
+    if not forward_launches:
+        raise ExerciseError(f"{name}: the operator did not launch scale_columns_forward_kernel: launch it with "
+                            "torch.library.wrap_triton(scale_columns_forward_kernel)[grid](...)")
+    if not out.requires_grad:
+        raise ExerciseError(f"{name}: the output does not require grad; register the backward with "
+                            "scale_columns_op.register_autograd(backward, setup_context=setup_context)")
+    with _counting_launches(backward_kernel) as backward_launches:
+        if grad_y is None:
+            run_student_code(name, lambda: out.sum().backward())
+            grad_y = torch.ones_like(out)
+        else:
+            run_student_code(name, out.backward, grad_y)
+    if x.grad is None or w.grad is None:
+        raise ExerciseError(f"{name}: the grad of {'x' if x.grad is None else 'w'} is None for {what}: backward must "
+                            "return (grad_x, grad_w), one gradient for each input")
+    x64, grad_y64 = x.detach().double(), grad_y.double()
+    compare(f"{name}: the grad of x for {what}", x.grad, grad_y64 * w.detach().double(), rtol=1e-5, atol=1e-6)
+    compare(f"{name}: the grad of w for {what}", w.grad, (grad_y64 * x64).sum(0), rtol=1e-5,
+            atol=1e-5 * x.shape[0] ** 0.5)
+    if not backward_launches:
+        raise ExerciseError(f"{name}: the backward did not launch scale_columns_backward_kernel: compute both "
+                            "gradients with the backward operator, which launches it through wrap_triton")
+
+
+def _compiled_matches(name, op, forward_kernel, backward_kernel):
+    """torch.compile(op, fullgraph=True), forward and backward, against eager: inductor on a
+    GPU; aot_eager under the interpreter, where the operator is opaque."""
+    backend = "inductor" if ON_GPU else "aot_eager"
+    torch._dynamo.reset()
+    compiled = torch.compile(op, fullgraph=True, backend=backend)
+    try:
+        _values_and_grads(name, compiled, torch.randn(21, 37, device=DEVICE), torch.randn(37, device=DEVICE),
+                          torch.randn(21, 37, device=DEVICE), forward_kernel if not ON_GPU else None,
+                          backward_kernel if not ON_GPU else None, "x of shape (21, 37), compiled")
+    except ExerciseError as error:
+        message = str(error)
+        if "your code raised" in message:
+            hint = ("\n  hint: launch every kernel through torch.library.wrap_triton(kernel)[grid](...), and read "
+                    "only shapes, strides and dtypes in the operators' bodies: torch.compile runs them on fake "
+                    "tensors, which have no data" if "data pointer" in message or "data_ptr" in message else "")
+            raise ExerciseError(f"{name}: torch.compile(scale_columns_op, fullgraph=True, backend={backend!r}) "
+                                f"failed: {message.split(': ', 1)[-1]}{hint}") from None
+        raise
+    finally:
+        torch._dynamo.reset()
+    return backend
+
+
+def check_scale_columns_op(scale_columns_forward_kernel, scale_columns_backward_kernel, scale_columns_op):
+    """Exercise 5.3: ``scale_columns_op(x, w)`` = x * w[None, :], an operator that launches
+    ``scale_columns_forward_kernel`` (checked alone first, through
+    :func:`launch_scale_columns_forward`) and whose registered backward launches
+    ``scale_columns_backward_kernel``; it passes opcheck and compiles with fullgraph=True."""
+    name = "Exercise 5.3 (scale_columns_op)"
+    forward_kernel = require_kernel(name, scale_columns_forward_kernel, "scale_columns_forward_kernel")
+    backward_kernel = require_kernel(name, scale_columns_backward_kernel, "scale_columns_backward_kernel")
+    _require_operator(name, scale_columns_op)
+
+    shapes = [(1, 1), (5, 3), (37, 130)] + hidden_case(lambda: (random_size(2, 80), random_size(2, 150)))
+    inputs = [(f"x of shape {shape}", torch.randn(shape, device=DEVICE), torch.randn(shape[1], device=DEVICE))
+              for shape in shapes]
+    transposed = torch.randn(40, 23, device=DEVICE).t()
+    inputs.append((f"x transposed (strides {transposed.stride()})", transposed, torch.randn(40, device=DEVICE)))
+    inputs.append(("w every other element of a longer tensor (stride 2)", torch.randn(9, 20, device=DEVICE),
+                   torch.randn(40, device=DEVICE)[::2]))
+    for what, x, w in inputs:  # the forward kernel alone, guarded
+        for how, got in kernel_runs(name, launch_scale_columns_forward, forward_kernel, x, w):
+            compare(f"{name}, scale_columns_forward_kernel alone, {what}" + (f", {how}" if how else ""), got,
+                    x.double() * w.double(), rtol=1e-6, atol=1e-6, show_picture=True)
+    for what, x, w in inputs:  # the operator, forward and backward
+        _values_and_grads(name, scale_columns_op, x, w, torch.randn(x.shape, device=DEVICE), forward_kernel,
+                          backward_kernel, what)
+    _values_and_grads(name, scale_columns_op, torch.randn(11, 19, device=DEVICE), torch.randn(19, device=DEVICE),
+                      None, forward_kernel, backward_kernel, "out.sum().backward() (grad_y expanded, strides (0, 0))")
+    x, w = torch.randn(9, 5, device=DEVICE), torch.randn(5, device=DEVICE)
+    _opcheck(name, scale_columns_op, (x, w), "on x of shape (9, 5)")
+    _opcheck(name, scale_columns_op, (x.requires_grad_(), w.requires_grad_()), "with inputs that need grad")
+    backend = _compiled_matches(name, scale_columns_op, forward_kernel, backward_kernel)
+    how = ("inductor launching your kernels itself" if ON_GPU else
+           "aot_eager, the operator opaque (under the interpreter inductor cannot launch interpreted kernels)")
+    print(f"{name.split(' (')[0]} passed: the forward kernel on {len(inputs)} inputs, the operator's values and "
+          f"gradients through both kernels, opcheck, and torch.compile(fullgraph=True) with {how}.")

@@ -52,8 +52,46 @@ def test_weighted_sum_grads_checker(capsys):
         exercises.check_weighted_sum_grads(lambda x, w, g: g[..., None] * w)
 
 
+def _column_sum(mistakes=None):
+    return solution("01_weighted_sum", "1.3", mistakes).column_sum_kernel
+
+
 def test_column_sum_checker(capsys):
-    exercises.check_column_sum(lambda p: p.sum(0))
-    assert capsys.readouterr().out.startswith("Exercise 1.3 passed")
-    with pytest.raises(ExerciseError, match="partial of shape"):
-        exercises.check_column_sum(lambda p: p[: 8].sum(0))  # forgot rows past the first tile
+    exercises.check_column_sum(_column_sum())
+    out = capsys.readouterr().out
+    assert out.startswith("Exercise 1.3 passed") and "speed" in out
+
+
+@pytest.mark.parametrize("answer, message", [
+    (lambda partial: partial.sum(0), "pass the kernel itself"),
+    (None, "got None"),
+])
+def test_column_sum_refuses_what_is_not_a_kernel(answer, message):
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_column_sum(answer)
+
+
+@pytest.mark.parametrize("mistake, message", [
+    # no loop: one tile of rows
+    ({"range(0, n_rows, BLOCK_ROWS)": "range(0, BLOCK_ROWS, BLOCK_ROWS)"}, "only the first tile of rows"),
+    # the loop ends a tile early
+    ({"range(0, n_rows, BLOCK_ROWS)": "range(0, n_rows - BLOCK_ROWS, BLOCK_ROWS)"}, "the loop ends early|no row"),
+    ({"(rows < n_rows)[:, None] & ": ""}, "out of bounds"),  # no mask on the last tile of rows
+    ({", other=0.0)": ")"}, "without other="),  # masked lanes added as whatever they hold
+    ({"cols[None, :] * stride_col": "cols[None, :]"}, "stride_col"),  # a transposed partial read as row-major
+])
+def test_column_sum_names_the_mistake(mistake, message):
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_column_sum(_column_sum(mistake))
+
+
+def test_masked_lanes_without_other_read_as_nan_only_inside_the_block():
+    from course_lib.teaching.exercises.chapter1 import masked_lanes_as_nan
+    from course_lib.teaching.student_kernels import interpreted
+
+    kernel = solution("01_weighted_sum", "1.3", {", other=0.0)": ")"}).column_sum_kernel
+    partial = torch.ones(3, 2)
+    with interpreted(kernel) as interpreted_kernel:
+        with masked_lanes_as_nan():
+            assert exercises.launch_column_sum(interpreted_kernel, partial).isnan().all()
+        assert exercises.launch_column_sum(interpreted_kernel, partial).tolist() == [3.0, 3.0]  # the interpreter's 0

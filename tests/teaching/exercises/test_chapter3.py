@@ -1,110 +1,169 @@
-"""The checkers of chapter 3 (course_lib/teaching/exercises/chapter3.py) pass a right answer and name each typical mistake."""
+"""The checkers of chapter 3 (course_lib/teaching/exercises/chapter3.py) pass the notebook's
+answers and name each typical mistake, made from the answer by a text edit."""
 
 import pytest
-import torch
 
-import course_lib
 from course_lib.teaching import exercises
-from course_lib.core import references
 from course_lib.teaching.checking import ExerciseError
+from solutions import solution
+
+NOTEBOOK = "03_layernorm"
 
 
-def _layernorm_rows_torch(x, gamma, beta, eps, one_pass=False, unbiased=False):
-    mean = x.mean(dim=-1)
-    if one_pass:
-        var = (x * x).mean(dim=-1) - mean * mean
-    else:
-        var = x.var(dim=-1, unbiased=unbiased)
-    rstd = torch.rsqrt(var + eps)
-    return (x - mean[:, None]) * rstd[:, None] * gamma + beta, mean, rstd
+def _kernel(exercise, name, mistakes=None):
+    return getattr(solution(NOTEBOOK, exercise, mistakes), name)
+
+
+NOT_KERNELS = [(lambda *args: None, "pass the kernel itself"), (None, "got None")]
+
+# ------------------------------------------------------------ Exercise 3.1: the forward
+
+
+def _layernorm_rows(mistakes=None):
+    return _kernel("3.1", "layernorm_rows_kernel", mistakes)
 
 
 def test_layernorm_rows_checker(capsys):
-    exercises.check_layernorm_rows(_layernorm_rows_torch)
-    assert capsys.readouterr().out.startswith("Exercise 3.1 passed")
-    with pytest.raises(ExerciseError, match="cancels catastrophically"):
-        exercises.check_layernorm_rows(lambda x, g, b, eps: _layernorm_rows_torch(x, g, b, eps, one_pass=True))
-    with pytest.raises(ExerciseError, match="divide by N"):  # unbiased variance: N - 1
-        exercises.check_layernorm_rows(
-            lambda x, g, b, eps: _layernorm_rows_torch(x, g, b, eps, unbiased=x.shape[1] > 1))
-    with pytest.raises(ExerciseError, match="stride_x_row"):  # rows read as if contiguous
-        exercises.check_layernorm_rows(
-            lambda x, g, b, eps: _layernorm_rows_torch(torch.as_strided(x, x.shape, (x.shape[1], 1)), g, b, eps))
-    with pytest.raises(ExerciseError, match="elements are NaN"):  # the last row never written
-        exercises.check_layernorm_rows(lambda x, g, b, eps: tuple(
-            torch.cat([t[:-1], torch.full_like(t[-1:], float("nan"))]) for t in _layernorm_rows_torch(x, g, b, eps)))
-    with pytest.raises(ExerciseError, match="return a tuple"):
-        exercises.check_layernorm_rows(lambda x, g, b, eps: _layernorm_rows_torch(x, g, b, eps)[0])
+    exercises.check_layernorm_rows(_layernorm_rows())
+    out = capsys.readouterr().out
+    assert out.startswith("Exercise 3.1 passed") and "speed" in out
 
 
-def _right_layernorm_dx(x, gamma, dy, mean, rstd):
-    xhat = (x - mean[..., None]) * rstd[..., None]
-    g = dy * gamma
-    return (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True)) * rstd[..., None]
+@pytest.mark.parametrize("answer, message", NOT_KERNELS)
+def test_layernorm_rows_refuses_what_is_not_a_kernel(answer, message):
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_layernorm_rows(answer)
+
+
+CENTRED = "centred = tl.where(mask, x - mean[:, None], 0.0)"
+VAR = "var = tl.sum(centred * centred, axis=1) / n_cols"
+
+
+@pytest.mark.parametrize("mistake, message", [
+    ({VAR: "var = tl.sum(centred * centred, axis=1) / (n_cols - 1)"}, "n_cols - 1 \\(the unbiased estimate\\)"),
+    ({VAR: "var = tl.sum(x * x, axis=1) / n_cols - mean * mean"}, "cancels catastrophically"),
+    ({CENTRED: "centred = x - mean[:, None]"}, "padding lanes count in the variance"),
+    ({"mean = tl.sum(x, axis=1) / n_cols": "mean = tl.sum(x, axis=1) / BLOCK_COLS"}, "divides by BLOCK_COLS"),
+    ({"rstd = 1.0 / tl.sqrt(var + eps)": "rstd = 1.0 / (tl.sqrt(var) + eps)"}, "inside the square root"),
+    ({"rows[:, None] * stride_x_row": "rows[:, None] * n_cols"}, "use stride_x_row"),  # rows read as contiguous
+    ({"rows[:, None] * stride_y_row": "rows[:, None] * n_cols"}, "use stride_y_row"),
+    ({"tl.store(mean_ptr + rows, mean, mask=row_mask)": "tl.store(mean_ptr + rows, mean)"}, "out of bounds"),
+    ({"tl.store(rstd_ptr + rows, rstd, mask=row_mask)": ""}, "elements are NaN"),  # rstd never written
+])
+def test_layernorm_rows_names_the_mistake(mistake, message):
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_layernorm_rows(_layernorm_rows(mistake))
+
+
+# ------------------------------------------------------ Exercise 3.2: dx in PyTorch
+
+
+def _layernorm_dx(mistakes=None):
+    return solution(NOTEBOOK, "3.2", mistakes).layernorm_dx
 
 
 def test_layernorm_dx_checker(capsys):
-    exercises.check_layernorm_dx(_right_layernorm_dx)
+    exercises.check_layernorm_dx(_layernorm_dx())
     assert capsys.readouterr().out.startswith("Exercise 3.2 passed")
-    with pytest.raises(ExerciseError, match="multiply dy by gamma"):
-        exercises.check_layernorm_dx(lambda x, gamma, dy, mean, rstd: _right_layernorm_dx(x, 1.0, dy, mean, rstd))
-    with pytest.raises(ExerciseError, match="is missing"):  # the xhat term left out
-        exercises.check_layernorm_dx(lambda x, gamma, dy, mean, rstd: (
-            dy * gamma - (dy * gamma).mean(-1, keepdim=True)) * rstd[..., None])
-
-    def summed(x, gamma, dy, mean, rstd):  # sums where the formula has means
-        xhat = (x - mean[..., None]) * rstd[..., None]
-        g = dy * gamma
-        return (g - g.sum(-1, keepdim=True) - xhat * (g * xhat).sum(-1, keepdim=True)) * rstd[..., None]
-
-    with pytest.raises(ExerciseError, match="not sums"):
-        exercises.check_layernorm_dx(summed)
-    with pytest.raises(ExerciseError, match=r"shape \(3, 3\), expected \(3, 1\)"):  # mean not given a last axis
-        exercises.check_layernorm_dx(lambda x, gamma, dy, mean, rstd: (dy * gamma - (dy * gamma).mean(-1, keepdim=True)
-                                                                       - (x - mean) * rstd) * rstd)
 
 
-def _right_partial_sums(x, n_programs):
-    rows_per_program = -(-x.shape[0] // n_programs)
-    return torch.stack([x[s:s + rows_per_program].sum(0) for s in range(0, x.shape[0], rows_per_program)])
+BRACKET = "g - g.mean(dim=-1, keepdim=True) - xhat * (g * xhat).mean(dim=-1, keepdim=True)"
+
+
+@pytest.mark.parametrize("mistake, message", [
+    ({"g = gamma * dy": "g = dy"}, "multiply dy by gamma"),
+    ({BRACKET: "g - g.mean(dim=-1, keepdim=True)"}, "xhat \\* mean\\(g \\* xhat\\).*is missing"),
+    ({BRACKET: "g - xhat * (g * xhat).mean(dim=-1, keepdim=True)"}, "- mean\\(g\\).*is missing"),
+    ({BRACKET: BRACKET.replace("mean(", "sum(")}, "not sums"),
+    ({"return rstd * (": "return ("}, "multiplied by rstd"),
+    ({"mean, rstd = mean[..., None], rstd[..., None]": "pass"}, r"shape \(3, 3\), expected \(3, 1\)"),
+])
+def test_layernorm_dx_names_the_mistake(mistake, message):
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_layernorm_dx(_layernorm_dx(mistake))
+
+
+# --------------------------------------------- Exercise 3.3: partial column sums
+
+
+def _column_partial_sums(mistakes=None):
+    return _kernel("3.3", "column_partial_sums_kernel", mistakes)
 
 
 def test_column_partial_sums_checker(capsys):
-    exercises.check_column_partial_sums(_right_partial_sums)
-    assert capsys.readouterr().out.startswith("Exercise 3.3 passed")
-
-    def past_own_rows(x, n_programs):  # tiles of 4 rows masked with n_rows only
-        rows_per_program = -(-x.shape[0] // n_programs)
-        return torch.stack([x[s:s + -(-rows_per_program // 4) * 4].sum(0)
-                            for s in range(0, x.shape[0], rows_per_program)])
-
-    with pytest.raises(ExerciseError, match="counted twice or not at all"):
-        exercises.check_column_partial_sums(past_own_rows)
-    with pytest.raises(ExerciseError, match="stride_x_row"):
-        exercises.check_column_partial_sums(
-            lambda x, p: _right_partial_sums(torch.as_strided(x, x.shape, (x.shape[1], 1)), p))
-    with pytest.raises(ExerciseError, match="got None"):
-        exercises.check_column_partial_sums(lambda x, p: None)
+    exercises.check_column_partial_sums(_column_partial_sums())
+    out = capsys.readouterr().out
+    assert out.startswith("Exercise 3.3 passed") and "speed" in out
 
 
-def _right_grad_through_row_max(x, grad_z):
-    m = x.amax(dim=-1, keepdim=True)
-    is_max = (x == m).to(x.dtype)
-    grad_m = -(grad_z * x).sum(dim=-1, keepdim=True) / (m * m)
-    return grad_z / m + is_max * grad_m / is_max.sum(dim=-1, keepdim=True)
+@pytest.mark.parametrize("answer, message", NOT_KERNELS)
+def test_column_partial_sums_refuses_what_is_not_a_kernel(answer, message):
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_column_partial_sums(answer)
 
 
-def test_grad_through_row_max_checker(capsys):
-    exercises.check_grad_through_row_max(_right_grad_through_row_max)
-    assert capsys.readouterr().out.startswith("Exercise 3.4 passed")
-    with pytest.raises(ExerciseError, match="dL/dm"):  # the seed's mistake, without its factor m
-        exercises.check_grad_through_row_max(lambda x, g: g / x.amax(dim=-1, keepdim=True))
-    with pytest.raises(ExerciseError, match="share dL/dm equally"):
+STORE_ROW = "partial_ptr + program * stride_partial_row"
 
-        def unshared(x, grad_z):
-            m = x.amax(dim=-1, keepdim=True)
-            return grad_z / m - (x == m) * (grad_z * x).sum(dim=-1, keepdim=True) / (m * m)
 
-        exercises.check_grad_through_row_max(unshared)
-    with pytest.raises(ExerciseError, match="grad_z / m"):
-        exercises.check_grad_through_row_max(lambda x, g: g)
+@pytest.mark.parametrize("mistake, message", [
+    # the last tile masked with n_rows alone: the next program's rows counted twice
+    ({"(rows < last_row)[:, None]": "(rows < n_rows)[:, None]"}, "counted twice"),
+    ({"(rows < last_row)[:, None]": "(rows >= 0)[:, None]"}, "out of bounds"),  # no row mask on the last tile
+    ({STORE_ROW: "partial_ptr + 0 * stride_partial_row"}, "stores its sum as row p"),  # every program on row 0
+    ({STORE_ROW: "partial_ptr + first_row * stride_partial_row"}, "out of bounds"),  # its first row's index
+    ({STORE_ROW: "partial_ptr + program * n_cols"}, "use stride_partial_row"),
+    ({"rows[:, None] * stride_x_row": "rows[:, None] * n_cols"}, "use stride_x_row"),
+    ({"range(first_row, last_row, BLOCK_ROWS)": "range(first_row, last_row + BLOCK_ROWS, BLOCK_ROWS)"},
+     "does not add up|not at all"),  # harmless: the extra tile is masked off; so the total must still pass
+])
+def test_column_partial_sums_names_the_mistake(mistake, message):
+    kernel = _column_partial_sums(mistake)
+    if "last_row + BLOCK_ROWS" in str(mistake):
+        exercises.check_column_partial_sums(kernel)  # a masked extra tile adds nothing
+        return
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_column_partial_sums(kernel)
+
+
+# ------------------------------------------------- Exercise 3.4: the backward kernel
+
+
+def _backward_rows(mistakes=None):
+    return _kernel("3.4", "layernorm_backward_rows_kernel", mistakes)
+
+
+def test_layernorm_backward_rows_checker(capsys):
+    exercises.check_layernorm_backward_rows(_backward_rows())
+    out = capsys.readouterr().out
+    assert out.startswith("Exercise 3.4 passed") and "fixed order" in out and "speed" in out
+
+
+@pytest.mark.parametrize("answer, message", NOT_KERNELS)
+def test_layernorm_backward_rows_refuses_what_is_not_a_kernel(answer, message):
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_layernorm_backward_rows(answer)
+
+
+XHAT = "(x - mean[:, None]) * rstd[:, None], 0.0)"
+DGAMMA_ROW, DBETA_ROW = "partial_dgamma_ptr + partial_row", "partial_dbeta_ptr + partial_row"
+
+
+@pytest.mark.parametrize("mistake, message", [
+    ({"dx = (g - mean_g[:, None] - xhat": "dx = (g - xhat"}, "misses the term - mean\\(g\\)"),
+    ({" - xhat * mean_g_xhat[:, None]) * rstd": ") * rstd"}, "misses the term - xhat \\* mean\\(g \\* xhat\\)"),
+    ({XHAT: "x * rstd[:, None], 0.0)"}, "without the mean"),  # xhat from the wrong statistics
+    ({XHAT: "(x - mean[:, None]) / rstd[:, None], 0.0)"}, "dividing by rstd"),
+    ({DGAMMA_ROW: "SWAP", DBETA_ROW: DGAMMA_ROW, "SWAP": DBETA_ROW}, "dgamma and dbeta are swapped"),
+    ({"mean_g = tl.sum(g, axis=1) / n_cols": "mean_g = tl.sum(g, axis=1) / BLOCK_COLS",
+      "mean_g_xhat = tl.sum(g * xhat, axis=1) / n_cols": "mean_g_xhat = tl.sum(g * xhat, axis=1) / BLOCK_COLS"},
+     "padding lanes count in them"),
+    ({"tl.sum(acc_dgamma, axis=0)": "tl.sum(acc_dgamma, axis=1)"}, "axis=0"),  # partials summed along the rows
+    ({"row_mask = rows < last_row": "row_mask = rows < n_rows"}, "counted twice"),
+    ({"acc_dgamma += dy * xhat": "acc_dgamma += g * xhat"}, "without gamma"),
+    ({"rows[:, None] * stride_grad_y_row": "rows[:, None] * stride_x_row"}, "use their strides"),
+    ({"rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)": "rstd = tl.load(rstd_ptr + rows)"},
+     "out of bounds"),
+])
+def test_layernorm_backward_rows_names_the_mistake(mistake, message):
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_layernorm_backward_rows(_backward_rows(mistake))
