@@ -1,6 +1,7 @@
 """Checkers of chapter 5, from kernel to layer: one function an exercise."""
 
 import contextlib
+import functools
 import inspect
 
 import torch
@@ -53,20 +54,23 @@ def check_without_graph_breaks(peak_scaled_softmax):
 
 
 # ------------------------------------------------------- 5.2: the fused backward kernel
-def launch_scale_columns_backward(scale_columns_backward_kernel, x, w, grad_y, block_rows=16, block_cols=16,
+def launch_scale_columns_backward(scale_columns_backward_kernel, x, w, grad_y, out=None, block_rows=16, block_cols=16,
                                   rows_per_program=32):
     """How exercise 5.2's checker launches the kernel: program (g, c) owns the rows
     ``g * rows_per_program`` to ``(g + 1) * rows_per_program - 1`` (a multiple of
     ``block_rows``, walked ``block_rows`` at a time) and the columns of block c. It writes
     grad_x = grad_y * w[None, :] there (grad_x contiguous) and its sums of grad_y * x down
-    its rows into row g of ``partial``, of shape (number of row groups, D). Both start as
-    NaN. Returns (grad_x, partial); grad_w is ``partial.sum(0)``."""
+    its rows into row g of ``partial``, of shape (number of row groups, D). ``out`` is
+    (grad_x, partial), both filled with NaN when not given. Returns (grad_x, partial);
+    grad_w is ``partial.sum(0)``."""
     if rows_per_program % block_rows:
         raise ValueError(f"rows_per_program ({rows_per_program}) must be a multiple of block_rows ({block_rows})")
     n_rows, n_cols = x.shape
     n_groups = triton.cdiv(n_rows, rows_per_program)
-    grad_x = torch.full(x.shape, float("nan"), device=x.device, dtype=x.dtype)
-    partial = torch.full((n_groups, n_cols), float("nan"), device=x.device, dtype=torch.float32)
+    if out is None:
+        out = (torch.full(x.shape, float("nan"), device=x.device, dtype=x.dtype),
+               torch.full((n_groups, n_cols), float("nan"), device=x.device, dtype=torch.float32))
+    grad_x, partial = out
     grid = (n_groups, triton.cdiv(n_cols, block_cols))
     scale_columns_backward_kernel[grid](
         x, w, grad_y, grad_x, partial, n_rows, n_cols, x.stride(0), x.stride(1), w.stride(0),
@@ -104,7 +108,7 @@ def _read_as_contiguous(t):
     return t.as_strided(t.shape, (t.shape[1], 1))
 
 
-def _backward_hint(got, x, w, grad_y, rows_per_program, block_rows, block_cols):
+def _backward_hint(got, x, w, grad_y, *, block_rows, block_cols, rows_per_program):
     """The usual mistake behind a wrong (grad_x, partial) of exercise 5.2, or None."""
     grad_x, partial = got
     x64, w64, grad_y64 = (t.detach().to("cpu", torch.float64) for t in (x, w, grad_y))
@@ -158,7 +162,8 @@ def check_scale_columns_backward(scale_columns_backward_kernel):
         x64, w64, grad_y64 = x.double(), w.double(), grad_y.double()
         expected_partial = _sums_down_groups(grad_y64 * x64, blocks["rows_per_program"])
         try:
-            for how, got in kernel_runs(name, launch_scale_columns_backward, kernel, x, w, grad_y, *blocks.values()):
+            launch = functools.partial(launch_scale_columns_backward, **blocks)
+            for how, got in kernel_runs(name, launch, kernel, x, w, grad_y):
                 where = f"{name}, {what}" + (f", {how}" if how else "")
                 try:
                     compare(f"{where}: grad_x", got[0], grad_y64 * w64[None, :], rtol=1e-6, atol=1e-6,
@@ -166,10 +171,10 @@ def check_scale_columns_backward(scale_columns_backward_kernel):
                     compare(f"{where}: partial (row g: the sums down row group g)", got[1], expected_partial,
                             rtol=1e-5, atol=1e-5 * blocks["rows_per_program"] ** 0.5, show_picture=True)
                 except ExerciseError as error:
-                    hint = _backward_hint(got, x, w, grad_y, *blocks.values())
+                    hint = _backward_hint(got, x, w, grad_y, **blocks)
                     raise ExerciseError(str(error) + (f"\n  hint: {hint}" if hint else "")) from None
         except ExerciseError as error:
-            if "out of bounds" not in str(error) or not (x.is_contiguous() and grad_y.is_contiguous()):
+            if "out of bounds" not in str(error) or not all(t.is_contiguous() for t in (x, w, grad_y)):
                 raise
             raise ExerciseError(
                 f"{error}\n  hint: the last row group ends past n_rows unless rows_per_program divides it, and the "
@@ -180,7 +185,9 @@ def check_scale_columns_backward(scale_columns_backward_kernel):
     big = DEVICE != "cpu"
     x, grad_y = (torch.randn(8192, 4096, device=DEVICE) for _ in range(2)) if big else (None, None)
     w = torch.randn(4096, device=DEVICE) if big else None
-    report_speed(name, lambda: launch_scale_columns_backward(kernel, x, w, grad_y, 32, 128, 256), 3 * 8192 * 4096 * 4,
+    out = (torch.empty_like(x), torch.empty(8192 // 256, 4096, device=DEVICE)) if big else None
+    report_speed(name, lambda: launch_scale_columns_backward(kernel, x, w, grad_y, out, 32, 128, 256),
+                 3 * 8192 * 4096 * 4,
                  against=("torch's grad_y * w and (grad_y * x).sum(0)", lambda: (grad_y * w, (grad_y * x).sum(0))),
                  advice="each program should read x and grad_y once, write grad_x once and keep its partial sums in "
                         "registers down its rows; check that its columns are contiguous in memory (the column index "
@@ -188,10 +195,11 @@ def check_scale_columns_backward(scale_columns_backward_kernel):
 
 
 # ----------------------------------------------------------- 5.3: the layer as an operator
-def launch_scale_columns_forward(scale_columns_forward_kernel, x, w, block_rows=16, block_cols=32):
+def launch_scale_columns_forward(scale_columns_forward_kernel, x, w, out=None, block_rows=16, block_cols=32):
     """How exercise 5.3's checker launches the forward kernel on its own: one program a tile
-    of ``block_rows × block_cols``; ``out`` contiguous, filled with NaN."""
-    out = torch.full(x.shape, float("nan"), device=x.device, dtype=x.dtype)
+    of ``block_rows × block_cols``; ``out`` contiguous, filled with NaN when not given."""
+    if out is None:
+        out = torch.full(x.shape, float("nan"), device=x.device, dtype=x.dtype)
     grid = (triton.cdiv(x.shape[0], block_rows), triton.cdiv(x.shape[1], block_cols))
     scale_columns_forward_kernel[grid](x, w, out, x.shape[0], x.shape[1], x.stride(0), x.stride(1), w.stride(0),
                                        out.stride(0), BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols)
@@ -201,7 +209,10 @@ def launch_scale_columns_forward(scale_columns_forward_kernel, x, w, block_rows=
 @contextlib.contextmanager
 def _counting_launches(kernel):
     """A list that gets one entry each time ``kernel[grid](...)`` launches in the block
-    (eager launches: inductor launches its own compiled copy)."""
+    (``kernel[grid]`` calls ``kernel.run``), or None for no kernel."""
+    if kernel is None:
+        yield None
+        return
     launches = []
     run = kernel.run
 
@@ -251,14 +262,15 @@ def _opcheck(name, op, args, what):
 
 def _values_and_grads(name, op, x, w, grad_y, forward_kernel, backward_kernel, what):
     """op(x, w) and the grads of x and w from grad_y (None: out.sum().backward()), each
-    checked against float64, and both kernels seen to launch."""
+    checked against float64, and both kernels seen to launch (None: not counted, for a
+    compiled op, which inductor launches from its own copy of the kernels)."""
     x = x.detach().requires_grad_()
     w = w.detach().requires_grad_()
     with _counting_launches(forward_kernel) as forward_launches:
         out = run_student_code(name, op, x, w)
     compare(f"{name}: the operator's output for {what}", out, x.detach().double() * w.detach().double(),
             rtol=1e-6, atol=1e-6)
-    if not forward_launches:
+    if forward_launches == []:
         raise ExerciseError(f"{name}: the operator did not launch scale_columns_forward_kernel: launch it with "
                             "torch.library.wrap_triton(scale_columns_forward_kernel)[grid](...)")
     if not out.requires_grad:
@@ -277,7 +289,7 @@ def _values_and_grads(name, op, x, w, grad_y, forward_kernel, backward_kernel, w
     compare(f"{name}: the grad of x for {what}", x.grad, grad_y64 * w.detach().double(), rtol=1e-5, atol=1e-6)
     compare(f"{name}: the grad of w for {what}", w.grad, (grad_y64 * x64).sum(0), rtol=1e-5,
             atol=1e-5 * x.shape[0] ** 0.5)
-    if not backward_launches:
+    if backward_launches == []:
         raise ExerciseError(f"{name}: the backward did not launch scale_columns_backward_kernel: compute both "
                             "gradients with the backward operator, which launches it through wrap_triton")
 

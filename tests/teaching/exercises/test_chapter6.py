@@ -1,69 +1,81 @@
 """The checkers of chapter 6 (course_lib/teaching/exercises/chapter6.py) pass a right answer and name each typical mistake."""
 
 import pytest
-import torch
 
-import course_lib
 from course_lib.teaching import exercises
-from course_lib.core import references
 from course_lib.teaching.checking import ExerciseError
+from solutions import solution
 
 
-def _scatter_back(routed, indices, seq_len):
-    out = routed.new_zeros(routed.shape[0], seq_len, routed.shape[-1])
-    return out.scatter(1, indices[..., None].expand(-1, -1, routed.shape[-1]), routed)
+def _add_routed_rows(mistakes=None):
+    return solution("06_routed_block", "6.1", mistakes).add_routed_rows_kernel
 
 
-def test_scatter_back_checker(capsys):
-    exercises.check_scatter_back(_scatter_back)
-    assert capsys.readouterr().out.startswith("Exercise 6.1 passed")
-    with pytest.raises(ExerciseError, match="first sequence's tokens"):  # row 0's indices for every row
-        exercises.check_scatter_back(lambda r, i, n: _scatter_back(r[:1].expand_as(r), i[:1].expand_as(i), n))
-    with pytest.raises(ExerciseError, match="not zero"):  # started from ones, not zeros
-        exercises.check_scatter_back(lambda r, i, n: _scatter_back(r, i, n) + (_scatter_back(r, i, n) == 0))
-    with pytest.raises(ExerciseError, match="does not require grad"):
-        exercises.check_scatter_back(lambda r, i, n: _scatter_back(r.detach(), i, n))
+def test_add_routed_rows_checker(capsys):
+    exercises.check_add_routed_rows(_add_routed_rows())
+    out = capsys.readouterr().out
+    assert out.startswith("Exercise 6.1 passed") and "speed" in out
 
 
-def _routed_causal_mask(positions):
-    return positions[:, None, :] > positions[:, :, None]
+@pytest.mark.parametrize("answer, message", [
+    (lambda light, heavy, indices: light.index_add(1, indices[0], heavy), "pass the kernel itself"),
+    (None, "got None"),
+])
+def test_add_routed_rows_refuses_what_is_not_a_kernel(answer, message):
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_add_routed_rows(answer)
 
 
-def test_routed_causal_mask_checker(capsys):
-    exercises.check_routed_causal_mask(_routed_causal_mask)
-    assert capsys.readouterr().out.startswith("Exercise 6.2 passed")
-    with pytest.raises(ExerciseError, match="by score, not by position"):
-        exercises.check_routed_causal_mask(
-            lambda p: torch.ones(p.shape[1], p.shape[1], dtype=torch.bool, device=p.device).triu(1).expand(p.shape[0], -1, -1))
-    with pytest.raises(ExerciseError, match="transposed"):
-        exercises.check_routed_causal_mask(lambda p: _routed_causal_mask(p).transpose(1, 2))
-    with pytest.raises(ExerciseError, match="must see itself"):
-        exercises.check_routed_causal_mask(lambda p: p[:, None, :] >= p[:, :, None])
-    with pytest.raises(ExerciseError, match="torch.bool"):
-        exercises.check_routed_causal_mask(lambda p: _routed_causal_mask(p).float())
+@pytest.mark.parametrize("mistake, message", [
+    # the positions used as offsets, not multiplied by the row stride
+    ({"positions[:, None] * stride_out_n": "positions[:, None]"}, "not an address"),
+    ({"b * stride_out_b + positions": "positions"}, "added into the first sequence"),
+    ({"light + heavy, mask=mask": "heavy, mask=mask"}, "the heavy rows alone"),  # an overwrite, not an addition
+    # no mask on the routed tokens of the last tile: rows past num_routed
+    ({"mask = is_routed[:, None] & (cols < dim)[None, :]": "mask = (cols < dim)[None, :]"}, "out of bounds"),
+    ({"routed, mask=is_routed, other=0)": "routed)"}, "out of bounds"),  # the positions' load unmasked
+    ({"routed[:, None] * stride_heavy_k": "routed[:, None] * dim"}, "rows are 40 elements apart|out of bounds"),  # heavy as if contiguous
+])
+def test_add_routed_rows_names_the_mistake(mistake, message):
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_add_routed_rows(_add_routed_rows(mistake))
 
 
-def _route(s, mask, num_tokens, *, use_mask=True, zero_padding=True, straight_through=True):
-    weights = course_lib.coor_descent(s, n_iters=20, k=min(num_tokens * 9 / 8, s.shape[-1]), eps=0.03, eps_init=4.0,
-                                      eps_decay=0.7, mask=mask if use_mask else None)
-    weights, indices = weights.topk(num_tokens, dim=-1)
-    if straight_through:
-        weights = weights + (1.0 - weights).detach()
-    else:
-        weights = torch.ones_like(weights)
-    if zero_padding:
-        weights = weights.masked_fill(~mask.gather(1, indices), 0.0)
-    return indices, weights
+def _local_attention(mistakes=None):
+    return solution("06_routed_block", "6.2", mistakes).local_attention_forward_kernel
 
 
-def test_route_checker(capsys):
-    exercises.check_route(_route)
-    assert capsys.readouterr().out.startswith("Exercise 6.3 passed")
-    with pytest.raises(ExerciseError, match="(?i)pass mask to coor_descent"):
-        exercises.check_route(lambda s, m, k: _route(s, m, k, use_mask=False))
-    with pytest.raises(ExerciseError, match="must be 0"):
-        exercises.check_route(lambda s, m, k: _route(s, m, k, zero_padding=False))
-    with pytest.raises(ExerciseError, match="do not require grad"):
-        exercises.check_route(lambda s, m, k: _route(s, m, k, straight_through=False))
-    with pytest.raises(ExerciseError, match="return a tuple"):
-        exercises.check_route(lambda s, m, k: _route(s, m, k)[0])
+def test_local_attention_forward_checker(capsys):
+    exercises.check_local_attention_forward(_local_attention())
+    out = capsys.readouterr().out
+    assert out.startswith("Exercise 6.2 passed") and "speed" in out
+
+
+@pytest.mark.parametrize("answer, message", [
+    (lambda q, k, v, window: q, "pass the kernel itself"),
+    (None, "got None"),
+])
+def test_local_attention_forward_refuses_what_is_not_a_kernel(answer, message):
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_local_attention_forward(answer)
+
+
+@pytest.mark.parametrize("mistake, message", [
+    ({"running_sum = running_sum * alpha +": "running_sum = running_sum +"}, "running sum is not rescaled"),
+    ({"acc = acc * alpha[:, None] +": "acc = acc +"}, "accumulator is not rescaled"),
+    ({"running_sum = running_sum * alpha +": "running_sum = running_sum +",
+      "acc = acc * alpha[:, None] +": "acc = acc +"}, "running sum and accumulator are not rescaled"),
+    ({"keys[None, :] <= queries[:, None]": "keys[None, :] < queries[:, None]"}, "diagonal is hidden"),
+    ({"> queries[:, None] - window": ">= queries[:, None] - window"}, "one key too wide"),  # i - window <= j
+    ({'tl.where(visible, scores, float("-inf"))': "tl.where(visible, scores, 0.0)"}, "set the hidden scores to -inf"),
+    ({"input_precision=\"ieee\") * scale": "input_precision=\"ieee\")"}, "multiply the scores by scale"),
+    ({'shift = tl.where(new_max == float("-inf"), 0.0, new_max)': "shift = new_max"}, r"exp\(-inf - \(-inf\)\)"),
+    # key tiles before the sequence: the loop not clamped at key 0, the loads masked past the end only
+    ({"tl.maximum(start_q - window + 1, 0)": "start_q - window + 1"}, "out of bounds"),
+    # key tiles past the end read unmasked
+    ({"mask=(keys < seq_len)[:, None], other=0.0)\n        v =": ")\n        v ="}, "out of bounds"),
+    ({"queries[:, None] * stride_q_n": "queries[:, None] * HEAD_DIM"}, "rows are 48 elements apart|out of bounds"),  # q as if contiguous
+])
+def test_local_attention_forward_names_the_mistake(mistake, message):
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_local_attention_forward(_local_attention(mistake))
