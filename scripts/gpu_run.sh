@@ -6,7 +6,9 @@
 # that limits the minutes of one command runs them a few at a time; "benchmarks" writes one
 # results file per kernel under the logs folder and merges them into course_lib/results/,
 # "training" one file per part of chapter 6's runs, merged into course_lib/results/training/.
-# Logs go to $GPU_RUN_LOGS (default gpu-run-logs/).
+# Logs go to $GPU_RUN_LOGS (default gpu-run-logs/). $UNIT_TESTS narrows the unit step to
+# some test paths (default: tests). "execute" runs each notebook on its own, so that one that
+# fails does not keep the others from running; the step then fails at its end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 wheels=${1:-.whl}
@@ -23,7 +25,7 @@ run_step() {
   echo "== $1"
   case $1 in
     # Several processes share the GPU (correctness only: the benchmarks time alone).
-    unit) python3 -m pytest tests -q -p no:cacheprovider -m "not notebook_exec" -n 4 --dist loadfile 2>&1 |
+    unit) python3 -m pytest ${UNIT_TESTS:-tests} -q -p no:cacheprovider -m "not notebook_exec" -n 4 --dist loadfile 2>&1 |
             tee "$logs/unit.log" ;;
     benchmarks)
       for kernel in $(python3 -m course_lib.registry); do  # every kernel course_lib.registry lists
@@ -38,13 +40,19 @@ run_step() {
       python3 -m benchmarks.train_recall --seeds --out "$logs/training_seeds.json" 2>&1 | tee "$logs/training_seeds.log"
       python3 -m benchmarks.train_recall --merge "$logs"/training_*.json ;;
     profile) python3 -m benchmarks.profile_step 2>&1 | tee "$logs/profile_step.log" ;;
-    execute) python3 -m course_lib.teaching.instructor execute notebooks/*.ipynb 2>&1 | tee "$logs/execute.log" ;;
+    execute)
+      failed=0
+      for notebook in notebooks/*.ipynb; do
+        python3 -m course_lib.teaching.instructor execute "$notebook" 2>&1 | tee -a "$logs/execute.log" || failed=1
+      done
+      return $failed ;;
     nbval) python3 -m pytest notebooks/*.ipynb -q -p no:cacheprovider --nbval --nbval-current-env \
              --nbval-sanitize-with nbval_sanitize.cfg 2>&1 | tee "$logs/nbval.log" ;;
     *) echo "unknown step $1: expected unit, benchmarks, training, profile, execute or nbval" >&2; exit 2 ;;
   esac
 }
-for step in $steps; do run_step "$step"; done
+status=0
+for step in $steps; do run_step "$step" || status=1; done
 # What the run produced in one archive, for a host that hands back only a few files:
 # its logs, the results files and the notebooks with their new outputs.
 # Written outside the logs folder, then moved in: tar fails on a folder that changes as it reads it.
@@ -52,3 +60,4 @@ archive=$(mktemp)
 tar czf "$archive" --exclude=gpu-run.tgz "$logs" course_lib/results notebooks/*.ipynb
 mv "$archive" "$logs/gpu-run.tgz"
 echo "wrote $logs/gpu-run.tgz"
+exit $status

@@ -128,7 +128,8 @@ def _column_sum_hint(kernel, partial, got, block_rows):
     for end in range(0, n_rows, block_rows):  # the loop stopped after `end` rows
         if matches(got, partial[:end].double().sum(0), rtol=1e-5, atol=1e-5 * n_rows ** 0.5):
             if end == 0:
-                return "no row is added: does the loop over the rows run at all (range(0, n_rows, BLOCK_ROWS))?"
+                return ("no row is added: the loop over the rows never runs; it must run from 0 to n_rows, "
+                        "range(0, n_rows, BLOCK_ROWS), the last tile partly masked")
             if end == block_rows:
                 return ("only the first tile of rows is added: the rows past the first BLOCK_ROWS never reach the "
                         "sum; loop down all rows, for row_start in range(0, n_rows, BLOCK_ROWS)")

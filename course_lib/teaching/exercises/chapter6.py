@@ -229,7 +229,8 @@ def _local_attention_hint(got, q, k, v, window, block_q, block_k, expected, rtol
             if explained_by(candidate):
                 missing = " and ".join(name for name, done in (("running sum", rescale_sum),
                                                                ("accumulator", rescale_acc)) if not done)
-                return (f"the {missing} is not rescaled when the maximum grows: what it holds was weighted by "
+                verb = "is" if rescale_sum or rescale_acc else "are"
+                return (f"the {missing} {verb} not rescaled when the maximum grows: what it holds was weighted by "
                         "exp(score - old max), so multiply it by alpha = exp(old max - new max) before adding the "
                         "new tile (acc = acc * alpha[:, None] + tl.dot(p, v))")
     got64 = got.detach().to("cpu", torch.float64)
