@@ -218,6 +218,34 @@ def is_traced(tensor):
     return isinstance(tensor, (FakeTensor, FunctionalTensor))
 
 
+@functools.cache
+def cooperative_launch_supported():
+    """Whether this Triton can launch a grid cooperatively: CUDA then runs the launch only
+    with every program resident at once, whatever else shares the GPU (another stream,
+    another process through MPS), and refuses a grid that cannot be."""
+    try:
+        from triton.backends.nvidia.compiler import CUDAOptions
+    except ImportError:
+        return False
+    return "launch_cooperative_grid" in getattr(CUDAOptions, "__dataclass_fields__", {})
+
+
+def spin_waits_allowed(tensor):
+    """Whether programs of one launch on ``tensor`` may wait on each other (split rows).
+
+    Only where every program is guaranteed resident while others wait: a cooperative launch
+    (``launch(..., cooperative=True)``) on a GPU. Not in the interpreter, which runs the
+    programs one after another, and not while torch.compile traces, whose launches are not
+    cooperative: the callers take their two-launch paths there."""
+    return ON_GPU and cooperative_launch_supported() and not is_traced(tensor)
+
+
+def is_cooperative_refusal(error):
+    """Whether a launch failed because CUDA could not make its programs resident at once
+    (fewer multiprocessors than the grid needs: an MPS share, a MIG slice, a smaller GPU)."""
+    return "cooperative" in str(error).lower()
+
+
 def is_16_byte_aligned(tensor):
     """Whether the tensor's first element sits on a 16-byte boundary. Traced, from its
     offset into the storage, which the caching allocator starts aligned."""
@@ -226,11 +254,18 @@ def is_16_byte_aligned(tensor):
     return tensor.data_ptr() % 16 == 0
 
 
-def launch(kernel, grid, *args, num_warps=4, num_stages=None, maxnreg=None, **constexprs):
+def launch(kernel, grid, *args, num_warps=4, num_stages=None, maxnreg=None, cooperative=False, **constexprs):
     """``kernel[grid](*args, **constexprs, num_warps=..., ...)``, without its per-call work
     after the first launch of each specialisation (Triton 3.6 on a GPU). ``args`` are the
-    kernel's runtime arguments in order; ``constexprs`` its tl.constexpr ones, by name."""
+    kernel's runtime arguments in order; ``constexprs`` its tl.constexpr ones, by name.
+    ``cooperative``: all programs resident at once or no launch (see spin_waits_allowed,
+    which callers ask first)."""
     options = {"num_warps": num_warps}
+    if cooperative:
+        if not spin_waits_allowed(args[0]):
+            raise RuntimeError(f"{kernel.__name__}: a cooperative launch needs a GPU, a Triton that has it, "
+                               "and no torch.compile tracing (spin_waits_allowed)")
+        options["launch_cooperative_grid"] = True
     if num_stages is not None:
         options["num_stages"] = num_stages
     if is_traced(args[0]):  # every kernel's first argument is a tensor
@@ -242,7 +277,7 @@ def launch(kernel, grid, *args, num_warps=4, num_stages=None, maxnreg=None, **co
     if not _direct_launch:
         kernel[grid](*args, **constexprs, **options)
         return
-    key = (kernel, *map(_specialisation, args), *constexprs.items(), num_warps, num_stages, maxnreg)
+    key = (kernel, *map(_specialisation, args), *constexprs.items(), num_warps, num_stages, maxnreg, cooperative)
     found = _compiled_kernels.get(key)
     if found is None:
         compiled = kernel[grid](*args, **constexprs, **options)

@@ -67,9 +67,12 @@ over the whole row: every program publishes its tile's part tagged with the
 iteration's number, waits until all tiles of its row have published, and adds them up
 in a fixed order (so all tiles get the same a, and runs repeat bit for bit): the
 protocol of ``split_rows``, which chapter 3's wide LayerNorm backward uses too.
-On a GPU one launch runs every iteration, all programs resident at once; the
-interpreter runs programs one after another, so there each step is a launch of its
-own (as on a GPU when a row has more tiles than there are multiprocessors). In the
+On a GPU one launch runs every iteration, all programs resident at once: the launch is
+cooperative, so CUDA starts it only when every program can be resident, whatever else
+shares the GPU, and refuses it otherwise. The interpreter runs programs one after
+another, so there each step is a launch of its own, as on a GPU when a row has more
+tiles than there are multiprocessors, when CUDA refuses the cooperative launch, and
+under torch.compile (whose launches are not cooperative). In the
 backward the sums do not depend on the gradient flowing back, so a first kernel
 computes every tile's part of the sums of all iterations, and a second writes ds.
 
@@ -88,7 +91,8 @@ import triton.language as tl
 
 from ..core.operator import kernel_op
 from ..core.plans import TunedOn, warps_for
-from ..core.runtime import ON_GPU, cdiv, is_traced, launch, multiprocessor_count, next_power_of_2
+from ..core.runtime import (ON_GPU, cdiv, is_cooperative_refusal, is_traced, launch, multiprocessor_count,
+                            next_power_of_2, spin_waits_allowed)
 from ..core.split_rows import gather, publish, slots_block
 from ..core.validation import check_index_range, check_like, check_same_device, check_tensor, on_device_of
 
@@ -526,6 +530,8 @@ def coor_descent_forward(s2d, mask2d, logk, schedule, plan=None):
         return y, a, row_max
     plan = plan or forward_plan(n_rows, n_cols)
     split = plan.tiles > 1
+    if split and plan.single_launch and not spin_waits_allowed(s2d):  # torch.compile: no cooperative launch
+        plan = plan._replace(single_launch=False, row_programs=n_rows)
     if split and plan.single_launch and not (ON_GPU and plan.tiles * plan.row_programs <= multiprocessor_count()):
         raise ValueError(
             f"coor_descent: {plan} would hang: split rows in one launch wait on each other, so all "
@@ -537,22 +543,31 @@ def coor_descent_forward(s2d, mask2d, logk, schedule, plan=None):
     logk_tensor, logk_value, per_row = _logk_args(logk)
     mask_strides = mask2d.stride() if mask2d is not None else (0, 0)
 
-    def launch_steps(row_programs, first_step, last_step):
+    def launch_steps(row_programs, first_step, last_step, cooperative=False):
         launch(coor_descent_forward_kernel, (row_programs, plan.tiles),
             s2d, mask2d, logk_tensor, schedule.eps, a, row_max, y, slots,
             n_rows, n_cols, n_iters, logk_value, first_step, last_step,
             *s2d.stride(), *mask_strides, y.stride(0),
             HAS_MASK=mask2d is not None, LOGK_PER_ROW=per_row, SPLIT=split,
             BLOCK=plan.block, TILES_BLOCK=slots_block(plan.tiles, plan.num_warps), num_warps=plan.num_warps,
+            cooperative=cooperative,
         )
 
     n_steps = n_iters + 2
     with on_device_of(s2d):
-        if plan.single_launch or not split:
+        if not split:
             launch_steps(plan.row_programs, 0, n_steps)
-        else:
-            for step in range(n_steps):
-                launch_steps(n_rows, step, step + 1)
+            return y, a, row_max
+        if plan.single_launch:
+            try:  # cooperative: CUDA starts it only with every program resident, as the waits need
+                launch_steps(plan.row_programs, 0, n_steps, cooperative=True)
+                return y, a, row_max
+            except RuntimeError as error:
+                if not is_cooperative_refusal(error):
+                    raise
+                slots.zero_()  # refused before any program ran; cleared all the same
+        for step in range(n_steps):  # one launch a step: no program waits on another
+            launch_steps(n_rows, step, step + 1)
     return y, a, row_max
 
 

@@ -410,7 +410,8 @@ class NotebookGrade:
 
     @property
     def score(self) -> str:
-        return f"{self.passed}/{self.total}"
+        # A return matched to no notebook was not graded: "0/0" would read like a pass.
+        return f"{self.passed}/{self.total}" if self.release is not None else "not graded"
 
 
 def _error_line(ename: str, evalue: str) -> str:
@@ -460,8 +461,14 @@ def load_release(folder: str | Path) -> list[ReleasedNotebook]:
 
 def _match_release(notebook, file_name: str, release: list[ReleasedNotebook]) -> ReleasedNotebook | None:
     """The released notebook a return comes from: the one sharing most exercise ids with
-    it, else the one whose name ends the return's file name (``alice_01_x.ipynb``)."""
+    it (from nbgrader's metadata, or from its ``### Exercise N.M`` headings when a copy lost
+    the metadata), else the one whose name ends the return's file name (``alice_01_x.ipynb``)."""
     ids = {_grade_id(cell) for cell in notebook.cells} if notebook is not None else set()
+    if notebook is not None:  # a copy that lost its metadata still has the exercises' headings
+        try:
+            ids |= {cell.grade_id for cell in exercise_cells(notebook, file_name)}
+        except ValueError:  # cells out of order: the metadata and the name are left to match
+            pass
     overlap, best = max(((len(ids & released.grade_ids), released) for released in release),
                         key=lambda pair: pair[0], default=(0, None))
     if overlap:
@@ -481,7 +488,8 @@ def _read_return(path: Path):
     return notebook, None
 
 
-def _graded_notebook(notebook, released: ReleasedNotebook, seed: int | None, results_path: Path):
+def _graded_notebook(notebook, released: ReleasedNotebook, seed: int | None, results_path: Path,
+                     package_dir: Path = PACKAGE_DIR):
     """The return with its checker cells replaced by the release's, each after its
     solution (at the end if the return lost that too). Returns the notebook, the
     return's index of each of its cells (None for a released checker) and what the
@@ -495,8 +503,8 @@ def _graded_notebook(notebook, released: ReleasedNotebook, seed: int | None, res
 
     def released_cell(checker):
         source = GRADED_CHECKER_SOURCE.format(
-            grade_id=checker.grade_id, runner=str(FRESH_CHECKER_FILE), source=checker.source,
-            seed=seed, results=str(results_path), package=str(PACKAGE_DIR))
+            grade_id=checker.grade_id, runner=str(package_dir / FRESH_CHECKER_FILE.relative_to(PACKAGE_DIR)),
+            source=checker.source, seed=seed, results=str(results_path), package=str(package_dir))
         return nbformat_v4.new_code_cell(source, metadata={"tags": list(checker.tags)})
 
     cells, return_index = [], []
@@ -577,20 +585,50 @@ def run_graded(graded_path: Path, folder: Path, timeout: int, summary_path: Path
     Path(summary_path).write_text(json.dumps(summary), encoding="utf-8")
 
 
-def _grading_environment() -> dict:
-    """The grader's own course_lib comes first, for the notebook's kernel too."""
+def _grading_environment(package_parent: Path = PACKAGE_DIR.parent) -> dict:
+    """The grader's copy of course_lib comes first, for the notebook's kernel too."""
     environment = dict(os.environ)
     environment["PYTHONPATH"] = os.pathsep.join(
-        part for part in [str(PACKAGE_DIR.parent), environment.get("PYTHONPATH", "")] if part)
+        part for part in [str(package_parent), environment.get("PYTHONPATH", "")] if part)
     return environment
 
 
-def _run_with_wall_clock_limit(command: list[str], limit: float, log_path: Path) -> tuple[int | None, bool]:
+def _snapshot(folder: Path, exclude=frozenset()) -> dict[str, bytes]:
+    """Every file under ``folder`` (caches and ``exclude``, resolved paths, aside), by relative
+    path, as bytes: what grading restores, and what each return gets a fresh copy of."""
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*"))
+            if path.is_file() and "__pycache__" not in path.parts and path.resolve() not in exclude}
+
+
+def _write_snapshot(snapshot: dict[str, bytes], folder: Path) -> None:
+    for relative, content in snapshot.items():
+        target = folder / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content)
+
+
+def _restore(folder: Path, snapshot: dict[str, bytes], exclude=frozenset()) -> list[str]:
+    """Put ``folder`` back as ``snapshot`` holds it; the relative paths that had changed."""
+    changed = sorted(set(_snapshot(folder, exclude).items()) ^ set(snapshot.items()))
+    names = sorted({relative for relative, _ in changed})
+    for relative in names:
+        path = folder / relative
+        if relative in snapshot:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(snapshot[relative])
+        elif path.is_file():
+            path.unlink()
+    return names
+
+
+def _run_with_wall_clock_limit(command: list[str], limit: float, log_path: Path,
+                               package_parent: Path = PACKAGE_DIR.parent) -> tuple[int | None, bool]:
     """Run ``command``; past ``limit`` seconds kill it and every process it started (the
     kernel included, whatever its code catches). Returns (exit code, killed)."""
     psutil = _import_instructor_dependency("psutil")
     with log_path.open("w") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=_grading_environment())
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                   env=_grading_environment(package_parent), cwd=log_path.parent)
         try:
             return process.wait(timeout=limit), False
         except subprocess.TimeoutExpired:
@@ -624,15 +662,20 @@ def grade_notebook(
     seed: int | None = None,
     timeout: int = DEFAULT_TIMEOUT,
     notebook_timeout: float = DEFAULT_NOTEBOOK_TIMEOUT,
+    package: dict[str, bytes] | None = None,
 ) -> NotebookGrade:
     """Grade the returned notebook at ``path`` against the released notebook it comes from.
 
-    The return runs as the student left it, from its own folder, but for its checker
-    cells: every checker of the release runs, from the release's source, against
-    ``course_lib.teaching.exercises`` imported afresh, on hidden inputs drawn from ``seed``
-    (None: the checkers' own random inputs). A checker passes only when it returned.
-    ``timeout`` bounds each cell (the cell is interrupted); ``notebook_timeout`` the
-    whole run, past which the process running it and its kernel are killed.
+    The return runs as the student left it, but for its checker cells: every checker of
+    the release runs, from the release's source, against ``course_lib.teaching.exercises``
+    imported afresh, on hidden inputs drawn from ``seed`` (None: the checkers' own random
+    inputs). A checker passes only when it returned. ``timeout`` bounds each cell (the cell
+    is interrupted); ``notebook_timeout`` the whole run, past which the process running it
+    and its kernel are killed.
+
+    The return runs in a scratch folder of its own, with a copy of the package made from
+    ``package`` (a :func:`_snapshot` of it, taken once for a whole class; now, if None):
+    what it writes there is thrown away with the folder.
     """
     path = Path(path)
     notebook, problem = _read_return(path)
@@ -649,12 +692,17 @@ def grade_notebook(
     nbformat = _import_instructor_dependency("nbformat")
     with tempfile.TemporaryDirectory(prefix="course_lib_grading_") as scratch:
         scratch = Path(scratch)
+        package_copy = scratch / "package" / PACKAGE_DIR.name
+        _write_snapshot(package if package is not None else _snapshot(PACKAGE_DIR), package_copy)
+        work = scratch / "work"  # the kernel's folder: the return's relative writes land here
+        work.mkdir()
         results_path, summary_path = scratch / "checkers.jsonl", scratch / "summary.json"
-        graded, return_index, in_return = _graded_notebook(notebook, released, seed, results_path)
+        graded, return_index, in_return = _graded_notebook(notebook, released, seed, results_path, package_copy)
         nbformat.write(graded, scratch / "graded.ipynb")
         command = [sys.executable, "-m", "course_lib.teaching.instructor", "run-graded", str(scratch / "graded.ipynb"),
-                   str(path.parent.resolve()), str(summary_path), "--timeout", str(timeout)]
-        exit_code, killed = _run_with_wall_clock_limit(command, notebook_timeout, scratch / "log.txt")
+                   str(work), str(summary_path), "--timeout", str(timeout)]
+        exit_code, killed = _run_with_wall_clock_limit(command, notebook_timeout, scratch / "log.txt",
+                                                       package_copy.parent)
         results = _read_results(results_path)
         if killed:
             grade.problem = f"stopped after {notebook_timeout:g} s, the limit for one notebook"
@@ -693,16 +741,23 @@ def grade_folder(
     notebook_timeout: float = DEFAULT_NOTEBOOK_TIMEOUT,
     on_start: Callable[[Path], None] | None = None,
     on_graded: Callable[[list[NotebookGrade]], None] | None = None,
+    grader_files=(),
 ) -> list[NotebookGrade]:
     """Grade every ``*.ipynb`` in ``folder``, sorted by name, against the notebooks of
     ``release_dir``; ``on_start`` sees each path first, ``on_graded`` the grades so far
     after each notebook. Other files of the folder (but hidden ones) get a row saying
     they were not graded, and a notebook whose grading fails for any reason gets a row
-    saying why: the rest of the folder is graded all the same."""
+    saying why: the rest of the folder is graded all the same. ``grader_files`` are files
+    the caller writes as grading goes (the scores), which may lie in the guarded folders."""
     release = load_release(release_dir)
     notebooks = _notebooks_in(folder)
     others = [path for path in Path(folder).iterdir()
               if path.is_file() and path.suffix != ".ipynb" and not path.name.startswith(".")]
+    # Taken before any return runs: each return gets a fresh copy of the package, and whatever
+    # a return writes to the package, the release or the returns is put back before the next.
+    guarded = {Path(folder).resolve(): None, Path(release_dir).resolve(): None, PACKAGE_DIR: None}
+    exclude = frozenset(Path(file).resolve() for file in grader_files)
+    guarded = {place: _snapshot(place, exclude) for place in guarded}
     grades = []
     for path in sorted(notebooks + others):
         if on_start is not None:
@@ -711,9 +766,16 @@ def grade_folder(
             grade = NotebookGrade(notebook=path.name, problem="not graded: only *.ipynb notebooks are")
         else:
             try:
-                grade = grade_notebook(path, release, seed=seed, timeout=timeout, notebook_timeout=notebook_timeout)
+                grade = grade_notebook(path, release, seed=seed, timeout=timeout, notebook_timeout=notebook_timeout,
+                                       package=guarded[PACKAGE_DIR])
             except Exception as error:  # a fault of the grader's, not the student's: say it, go on
                 grade = NotebookGrade(notebook=path.name, problem=f"grading failed: {_error_line(type(error).__name__, str(error))}")
+            written = [f"{place.name}/{name}" for place, snapshot in guarded.items()
+                       for name in _restore(place, snapshot, exclude)]
+            if written:  # put back already; the return scores nothing
+                for checker in grade.checkers:
+                    checker.passed = False
+                grade.problem = "tampered: it wrote to " + ", ".join(written[:5]) + " (put back)"
         grades.append(grade)
         if on_graded is not None:
             on_graded(grades)
@@ -921,6 +983,7 @@ def _grade_command(arguments) -> None:
         notebook_timeout=arguments.notebook_timeout,
         on_start=lambda path: print(f"grading {path.name} ...", file=sys.stderr),
         on_graded=save,
+        grader_files=[arguments.out] if arguments.out else [],
     )
     print(format_table(grades))
     if arguments.out:

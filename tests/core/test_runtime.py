@@ -191,3 +191,11 @@ def test_direct_launches_only_on_releases_checked_and_kernel_grid_elsewhere():
     assert not runtime.direct_launch_supported(pins["requirements-triton-latest.txt"])
     assert not runtime.direct_launch_supported("3.10.0") and not runtime.direct_launch_supported("3.60.0")
     assert runtime._direct_launch == (runtime.ON_GPU and runtime.direct_launch_supported(runtime.triton.__version__))
+
+
+@gpu_only
+def test_cooperative_launches_are_available_on_a_gpu():
+    """Without them the kernels whose programs wait on each other take their two-launch
+    paths everywhere: safe, but slower on wide rows."""
+    assert runtime.cooperative_launch_supported()
+    assert runtime.spin_waits_allowed(torch.empty(1, device=runtime.DEVICE))

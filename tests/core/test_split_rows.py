@@ -1,3 +1,6 @@
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -5,6 +8,7 @@ from course_lib.core import runtime  # before triton: it may select the interpre
 from course_lib.core.split_rows import gather, publish, slots_block
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+from conftest import gpu_only  # noqa: E402
 
 DEVICE = runtime.DEVICE
 
@@ -49,3 +53,74 @@ def test_slots_block_keeps_copies_of_a_slot_within_a_warp(num_warps):
         # All of them in one warp, or at least one for every thread of the program.
         assert words <= 32 or words >= 32 * num_warps, (n_tiles, block)
         assert block == runtime.next_power_of_2(n_tiles) or words == 32 * num_warps  # no wider than needed
+
+
+# Programs that wait on each other need all of their launch resident at once. The kernels
+# that do (LayerNorm's split-row backward, coordinate descent's single-launch split rows)
+# launch cooperatively: CUDA starts them only when they can all be resident. Here they run
+# while another stream's kernel holds most of the GPU's threads, and two of them at once on
+# two streams (which, not cooperative, can take each other's places and wait forever). Each
+# runs in a child process with a time limit, so that a hang fails the test instead of the run.
+SHARED_GPU_SCRIPT = r"""
+import sys
+import torch
+import triton
+import triton.language as tl
+import course_lib
+from course_lib.core import references
+from course_lib.core.runtime import multiprocessor_count
+
+
+@triton.jit
+def busy_kernel(out_ptr, n_iters):
+    value = tl.program_id(0).to(tl.float32)
+    for _ in range(n_iters):
+        value = value * 0.9999999 + 1.0
+    tl.store(out_ptr + tl.program_id(0), value)
+
+
+def occupy_most_threads(stream):
+    # Two 1024-thread programs fill a multiprocessor's threads; leave four multiprocessors free.
+    programs = 2 * (multiprocessor_count() - 4)
+    out = torch.empty(programs, device="cuda")
+    with torch.cuda.stream(stream):
+        busy_kernel[(programs,)](out, 3_000_000, num_warps=32)
+
+
+def layernorm_grads(x, gamma, dy):
+    x = x.detach().requires_grad_()
+    course_lib.layernorm(x, gamma).backward(dy)
+    return x.grad
+
+
+torch.manual_seed(0)
+wide = 200_000  # LayerNorm rows split across programs; coordinate-descent rows too (> 32768)
+x = torch.randn(8, wide, device="cuda")
+gamma = torch.randn(wide, device="cuda")
+dy = torch.randn(8, wide, device="cuda")
+scores = torch.randn(4, wide, device="cuda")
+x64 = x.double().requires_grad_()
+torch.nn.functional.layer_norm(x64, (wide,), gamma.double()).backward(dy.double())
+expected_dx = x64.grad
+expected_y = references.coor_descent(scores.double(), n_iters=5, k=1000)
+
+main, other, busy = torch.cuda.current_stream(), torch.cuda.Stream(), torch.cuda.Stream()
+occupy_most_threads(busy)
+dx = layernorm_grads(x, gamma, dy)
+y = course_lib.coor_descent(scores, n_iters=5, k=1000)
+with torch.cuda.stream(other):  # the same kernels on a second stream, at the same time
+    dx_other = layernorm_grads(x, gamma, dy)
+    y_other = course_lib.coor_descent(scores, n_iters=5, k=1000)
+torch.cuda.synchronize()
+for got in (dx, dx_other):
+    torch.testing.assert_close(got.double(), expected_dx, rtol=1e-4, atol=1e-4)
+for got in (y, y_other):
+    torch.testing.assert_close(got.double(), expected_y, rtol=1e-4, atol=1e-4)
+print("finished, right values")
+"""
+
+
+@gpu_only
+def test_waiting_programs_finish_on_a_shared_gpu():
+    result = subprocess.run([sys.executable, "-c", SHARED_GPU_SCRIPT], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0 and "finished, right values" in result.stdout, result.stderr[-3000:]

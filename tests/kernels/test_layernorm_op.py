@@ -1,6 +1,7 @@
 
 import pytest
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 from conftest import (COMPILE_MODES, DTYPES, TOLERANCES, assert_compiled_refuses, assert_compiles_whole, assert_matches,
                       gpu_only, poison_cached_memory)
@@ -9,6 +10,7 @@ from course_lib.kernels.layernorm_op import tiled as layernorm_module
 from course_lib.kernels.layernorm_op.tiled import LayerNorm, layernorm, layernorm_forward
 from course_lib.core.plans import LaunchPlan
 from course_lib.kernels.layernorm_op.parts import BACKWARD_MAX_BLOCK, SPLIT_ROW_BLOCK, BackwardConfig, backward_config
+from course_lib.core.runtime import spin_waits_allowed
 from course_lib.kernels.layernorm_op.wide import SPLIT_PROGRAMS_PER_SM, can_split_rows
 from course_lib.core.runtime import DEVICE, ON_GPU, multiprocessor_count
 
@@ -307,10 +309,15 @@ def test_rows_are_split_only_where_all_their_programs_fit():
     most_blocks = SPLIT_PROGRAMS_PER_SM * multiprocessor_count()
     assert backward_config(BACKWARD_MAX_BLOCK + 1, 2).split_block == block
     assert backward_config(BACKWARD_MAX_BLOCK, 2).split_block is None  # whole rows
-    assert can_split_rows(block, block)  # one block: even the interpreter
-    assert can_split_rows(block + 1, block) == ON_GPU  # two blocks wait on each other
-    assert can_split_rows(most_blocks * block, block) == ON_GPU
-    assert not can_split_rows(most_blocks * block + 1, block)
+    def rows(width):  # can_split_rows reads only the width, the device and whether x is traced
+        return torch.empty(0, width, device=DEVICE)
+
+    assert can_split_rows(rows(block), block)  # one block: even the interpreter
+    assert can_split_rows(rows(block + 1), block) == spin_waits_allowed(rows(1))  # two blocks wait on each other
+    assert can_split_rows(rows(most_blocks * block), block) == spin_waits_allowed(rows(1))
+    assert not can_split_rows(rows(most_blocks * block + 1), block)
+    with FakeTensorMode():  # torch.compile's launches are not cooperative: no waiting there
+        assert not can_split_rows(torch.empty(4, block + 1, device=DEVICE), block)
 
 
 # --------------------------------------------------------------------------- module

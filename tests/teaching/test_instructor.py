@@ -462,6 +462,47 @@ def test_a_notebook_that_ignores_interrupts_is_killed_at_its_wall_clock_limit(tm
     assert grade.checkers[0].error == "did not finish: stopped after 20 s, the limit for one notebook"
 
 
+def test_a_return_that_writes_to_the_package_or_other_returns_changes_nothing(tmp_path):
+    """It runs in a scratch folder with a copy of the package; what it writes to the real
+    package, the release or the other returns is put back, and it scores nothing."""
+    release = write_release(tmp_path / "release")
+    submissions = tmp_path / "returned"
+    planted_in_package = instructor.PACKAGE_DIR / "teaching" / "planted_by_a_return.py"
+    checkers_file = instructor.PACKAGE_DIR / "teaching" / "exercises" / "common.py"
+    original_checkers = checkers_file.read_bytes()
+    attack = new_code_cell(
+        "import pathlib\n"
+        f"pathlib.Path({str(planted_in_package)!r}).write_text('x = 1')\n"
+        f"pathlib.Path({str(checkers_file)!r}).write_text('raise SystemExit')\n"
+        f"pathlib.Path({str(submissions / 'b_planted.ipynb')!r}).write_text('{{}}')\n"
+        f"pathlib.Path({str(submissions / 'c_other.ipynb')!r}).write_text('{{}}')\n"
+        "pathlib.Path('left_in_the_scratch_folder.txt').write_text('x')")
+    returned(release, submissions, "a_attacker.ipynb", solved=True, edit=lambda nb: nb.cells.insert(1, attack))
+    returned(release, submissions, "c_other.ipynb", solved=True)
+    try:
+        attacker, other = grade_folder(submissions, tmp_path / "release", timeout=60)
+    finally:
+        planted_in_package.unlink(missing_ok=True)
+        checkers_file.write_bytes(original_checkers)
+    assert attacker.problem.startswith("tampered: it wrote to ") and attacker.passed == 0
+    assert not planted_in_package.exists() and checkers_file.read_bytes() == original_checkers
+    assert sorted(path.name for path in submissions.iterdir()) == ["a_attacker.ipynb", "c_other.ipynb"]
+    assert other.score == "1/1" and other.problem is None  # graded with the package as it was
+    assert not list(submissions.glob("left_in_the_scratch_folder.txt"))
+
+
+def test_a_renamed_copy_without_metadata_is_graded_by_its_headings(tmp_path):
+    release = write_release(tmp_path / "release")
+
+    def lose_metadata(notebook):
+        for cell in notebook.cells:
+            cell.metadata.pop("nbgrader", None)
+
+    path = returned(release, tmp_path / "returned", "homework.ipynb", solved=True, edit=lose_metadata)
+    grade = grade_one(tmp_path, path, timeout=60)
+    assert grade.release == "lesson.ipynb" and grade.score == "1/1"
+
+
 def test_unreadable_files_get_a_row_and_the_rest_is_graded(tmp_path):
     release = write_release(tmp_path / "release")
     submissions = tmp_path / "returned"
@@ -520,12 +561,12 @@ EXAMPLE_GRADE = NotebookGrade(
 def test_format_table_lines_up_checkers_by_name():
     other = NotebookGrade(notebook="other.ipynb", problem="matches no notebook of the release")
     assert format_table([EXAMPLE_GRADE, other]).splitlines() == [
-        "notebook       score  check_x  check_x#2  check_y  checker cells changed                "
+        "notebook       score       check_x  check_x#2  check_y  checker cells changed                "
         "errors outside checkers",
-        "-------------  -----  -------  ---------  -------  -----------------------------------  " + "-" * 60,
-        "example.ipynb  1/3    ✓        ✗          ✗        edited: check_x#2; missing: check_y  "
+        "-------------  ----------  -------  ---------  -------  -----------------------------------  " + "-" * 60,
+        "example.ipynb  1/3         ✓        ✗          ✗        edited: check_x#2; missing: check_y  "
         "cell 5: ZeroDivisionError: division by zero; the kernel died",
-        "other.ipynb    0/0                                                                      "
+        "other.ipynb    not graded                                                                    "
         "matches no notebook of the release",
     ]
 

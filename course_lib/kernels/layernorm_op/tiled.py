@@ -39,7 +39,7 @@ from .parts import (backward_config, column_block, first_values, forward_tiles, 
 from .wide import backward_split_rows, backward_two_stages, can_split_rows, layernorm_forward_looped_kernel
 from ...core.operator import kernel_op
 from ...core.rows import as_rows, known_multiple_of, sum_partial_rows, width_hint
-from ...core.runtime import cdiv, launch, multiprocessor_count
+from ...core.runtime import cdiv, is_cooperative_refusal, launch, multiprocessor_count
 from ...core.validation import (FLOAT_DTYPES, INT32_LIMIT, check_index_range, check_like, check_same_device,
                                 check_tensor, first_order_only, on_device_of)
 
@@ -222,13 +222,19 @@ def layernorm_backward(grad_y, x, gamma, has_beta, stats, *, param_dtype=None, c
         config = config or backward_config(int(n_cols), x.element_size())  # int(): as the forward's
         if config.tiles.block_cols >= n_cols:
             backward, plan = _backward_whole_rows, config
-        elif config.split_block and can_split_rows(n_cols, config.split_block):
+        elif config.split_block and can_split_rows(x2d, config.split_block):
             backward, plan = backward_split_rows, config.split_block
         else:
             backward, plan = backward_two_stages, config
         vec = width_hint(x2d, grad_y, grad_x)
         with on_device_of(x):
-            partial = backward(x2d, gamma, has_beta, grad_y, grad_x, stats, plan, partial_width, vec)
+            try:
+                partial = backward(x2d, gamma, has_beta, grad_y, grad_x, stats, plan, partial_width, vec)
+            except RuntimeError as error:
+                if backward is not backward_split_rows or not is_cooperative_refusal(error):
+                    raise
+                # CUDA could not make the row's programs resident together (an MPS share, a MIG slice).
+                partial = backward_two_stages(x2d, gamma, has_beta, grad_y, grad_x, stats, config, partial_width, vec)
             sums = sum_partial_rows(partial, param_dtype) if partial_width else None
     grad_gamma = sums[:n_cols] if has_gamma else None
     grad_beta = sums[partial_width - n_cols:] if has_beta else None

@@ -22,7 +22,7 @@ import triton.language as tl
 from .parts import (column_block, first_values, grad_x_of, load_backward_rows, partial_rows,
                               store_partial_row, stride_of, xhat_of)
 from ...core.rows import known_multiple_of
-from ...core.runtime import ON_GPU, cdiv, launch, multiprocessor_count, next_power_of_2
+from ...core.runtime import cdiv, launch, multiprocessor_count, next_power_of_2, spin_waits_allowed
 from ...core.split_rows import gather, publish, slots_block
 
 # The split-row backward: SPLIT_ROW_BLOCK columns a program, on SPLIT_ROW_WARPS warps. Four warps
@@ -284,13 +284,15 @@ def layernorm_backward_dx_kernel(
 # -------------------------------------------------------------------------- launchers
 
 
-def can_split_rows(n_cols, split_block):
-    """Whether the split-row kernel can run: the programs of a row wait on each other, so
-    all of them must be resident at once. On a GPU at most SPLIT_PROGRAMS_PER_SM a
-    multiprocessor always are (SPLIT_ROW_WARPS); the interpreter runs one program after
-    another, so there only a row of one block can be split."""
-    n_tiles = cdiv(n_cols, split_block)
-    return n_tiles <= SPLIT_PROGRAMS_PER_SM * multiprocessor_count() if ON_GPU else n_tiles == 1
+def can_split_rows(x, split_block):
+    """Whether the split-row kernel can run on ``x``'s rows: the programs of a row wait on
+    each other, so all of them must be resident at once. The grid holds at most
+    SPLIT_PROGRAMS_PER_SM a multiprocessor, which always fit (SPLIT_ROW_WARPS), and the launch
+    is cooperative, so CUDA starts it only with all of them resident, whatever else runs on
+    the GPU (spin_waits_allowed: not in the interpreter, nor under torch.compile). A row of
+    one block waits on nobody: that runs anywhere."""
+    n_tiles = cdiv(x.shape[-1], split_block)
+    return n_tiles == 1 or (spin_waits_allowed(x) and n_tiles <= SPLIT_PROGRAMS_PER_SM * multiprocessor_count())
 
 
 def backward_split_rows(x2d, gamma, has_beta, grad_y, grad_x, stats, block_cols, partial_width, vec):
@@ -308,7 +310,7 @@ def backward_split_rows(x2d, gamma, has_beta, grad_y, grad_x, stats, block_cols,
         grad_x.stride(0), partial.stride(0),
         HAS_GAMMA=gamma is not None, HAS_BETA=has_beta,
         BLOCK_COLS=block_cols, TILES_BLOCK=slots_block(n_tiles, SPLIT_ROW_WARPS), PREFETCH=x2d.element_size() < 4,
-        VEC=vec, num_warps=SPLIT_ROW_WARPS,
+        VEC=vec, num_warps=SPLIT_ROW_WARPS, cooperative=n_tiles > 1,
     )
     return partial
 

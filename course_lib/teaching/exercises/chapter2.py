@@ -1,21 +1,61 @@
 """Checkers of chapter 2, causal softmax: one function an exercise."""
 
+import warnings
+
 import torch
+import triton
 
 from ...core import references
 from ...core.runtime import DEVICE
-from ..checking import ExerciseError, compare, refusing_calls, run_student_code
-from .common import Exercise, hidden_case, random_size, random_matrix, run_quietly, matches
+from ..checking import ExerciseError, compare
+from ..student_kernels import kernel_runs, report_speed, require_kernel
+from .common import Exercise, hidden_case, matches, random_size
 
-__all__ = ["check_softmax_rows", "check_causal_mask", "check_softmax_grad", "check_online_softmax_stats"]
+__all__ = ["launch_softmax_rows", "check_softmax_rows", "launch_causal_softmax", "check_causal_softmax",
+           "launch_online_softmax", "check_online_softmax"]
 # The chapter's exercises, in order, for the instructors' notes.
 EXERCISES = (
-    Exercise('2.1', 'several rows a program', 'check_softmax_rows', kernel=True, skills='row tiles, the max-subtracted softmax, -inf padding', difficulty=2, minutes=25),
-    Exercise('2.2', 'the mask in PyTorch', 'check_causal_mask', kernel=False, skills='the causal mask', difficulty=1, minutes=10),
-    Exercise('2.3', 'the gradient in PyTorch', 'check_softmax_grad', kernel=False, skills='the softmax backward', difficulty=1, minutes=10),
-    Exercise('2.4', 'the online maximum and sum', 'check_online_softmax_stats', kernel=False, skills='the online softmax recurrence', difficulty=2, minutes=20),
+    Exercise('2.1', 'several rows a program', 'check_softmax_rows', kernel=True, skills='row tiles, the max-subtracted softmax, -inf padding, masks on both axes', difficulty=2, minutes=25),
+    Exercise('2.2', 'the causal mask in the kernel', 'check_causal_softmax', kernel=True, skills='a 2-D grid of (matrix, query tile), a mask that differs from row to row, exact zeros at hidden keys, three strides', difficulty=3, minutes=30),
+    Exercise('2.3', 'rows longer than a tile: the online softmax', 'check_online_softmax', kernel=True, skills='state carried across a loop: the running maximum and the rescaled running sum; two passes over a row', difficulty=4, minutes=40),
 )
 
+
+def _checked_runs(name, what, launch, kernel, args, expected, hint, show_picture=False):
+    """Run the case as kernel_runs does and compare each result with ``expected``; when one
+    is wrong, ``hint(got)`` names the usual mistake behind it, if it recognises one."""
+    with warnings.catch_warnings():
+        # a row past the end computes -inf - (-inf) in NumPy, which warns on a CPU and not on a
+        # GPU, though that row is never stored
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for how, got in kernel_runs(name, launch, kernel, *args):
+            try:
+                compare(what + (f", {how}" if how else ""), got, expected, rtol=1e-5, atol=1e-6,
+                        show_picture=show_picture)
+            except ExerciseError as error:
+                named = hint(got)
+                raise ExerciseError(str(error) + (f"\n  hint: {named}" if named else "")) from None
+
+
+def _speed_input(*shape):
+    """A float32 input of ``shape`` on the GPU for the speed feedback, or None without one."""
+    return torch.randn(shape, device=DEVICE) if DEVICE != "cpu" else None
+
+
+# -------------------------------------------------------------------- 2.1 several rows a program
+
+
+def launch_softmax_rows(softmax_rows_kernel, x, out=None, block_rows=4):
+    """How exercise 2.1's checker launches the kernel: one program a tile of ``block_rows``
+    rows, BLOCK_COLS the row length rounded up to a power of two; ``out`` contiguous float32,
+    filled with NaN when not given."""
+    n_rows, n_cols = x.shape
+    if out is None:
+        out = torch.full((n_rows, n_cols), float("nan"), device=x.device, dtype=torch.float32)
+    softmax_rows_kernel[(triton.cdiv(n_rows, block_rows),)](
+        x, out, n_rows, n_cols, x.stride(0), out.stride(0),
+        BLOCK_ROWS=block_rows, BLOCK_COLS=triton.next_power_of_2(n_cols))
+    return out
 
 
 def _softmax_rows_hint(got, x):
@@ -44,9 +84,11 @@ def _softmax_rows_hint(got, x):
     return None
 
 
-def check_softmax_rows(softmax_rows):
-    """Exercise 2.1: ``softmax_rows(x)`` returns the softmax of each row of a 2-D float32 x."""
-    name = "Exercise 2.1 (softmax_rows)"
+def check_softmax_rows(softmax_rows_kernel):
+    """Exercise 2.1: ``softmax_rows_kernel``, launched by :func:`launch_softmax_rows`, writes the
+    softmax of each row of a 2-D float32 x whose rows may lie any distance apart."""
+    name = "Exercise 2.1 (softmax_rows_kernel)"
+    kernel = require_kernel(name, softmax_rows_kernel, "softmax_rows_kernel")
     cases = [(1, 1, 1.0), (5, 3, 1.0), (9, 17, 1.0), (30, 100, 1.0), (7, 100, 1e4)]
     cases += hidden_case(lambda: (random_size(2, 40), random_size(2, 130), 1.0))
     for n_rows, n_cols, scale in cases:
@@ -54,131 +96,204 @@ def check_softmax_rows(softmax_rows):
         what = f"{name}, x of shape {(n_rows, n_cols)}"
         if scale > 1:
             what += f" with values up to ±{scale:g} (exp overflows to inf unless the row max is subtracted first)"
-        got = run_quietly(name, softmax_rows, x)
-        try:
-            compare(what, got, references.softmax(x.double()), rtol=1e-5, atol=1e-6, show_picture=True)
-        except ExerciseError as error:
-            hint = _softmax_rows_hint(got, x)
-            raise ExerciseError(str(error) + (f"\n  hint: {hint}" if hint else "")) from None
-    wide = torch.randn(12, 40, device=DEVICE)
-    sliced = wide[:, :33]  # rows 40 elements apart in memory
-    got = run_quietly(name, softmax_rows, sliced)
-    compare(f"{name}, x = wide[:, :33] whose rows are {sliced.stride(0)} elements apart (use stride_x_row)",
-            got, references.softmax(sliced.double()), rtol=1e-5, atol=1e-6, show_picture=True)
+        _checked_runs(name, what, launch_softmax_rows, kernel, (x,), references.softmax(x.double()),
+                      lambda got: _softmax_rows_hint(got, x), show_picture=True)
+    sliced = torch.randn(12, 40, device=DEVICE)[:, :33]  # rows 40 elements apart in memory
+    _checked_runs(name, f"{name}, x = wide[:, :33] whose rows are {sliced.stride(0)} elements apart (use stride_x_row)",
+                  launch_softmax_rows, kernel, (sliced,), references.softmax(sliced.double()), lambda got: None,
+                  show_picture=True)
     print(f"Exercise 2.1 passed: {len(cases) + 1} shapes, widths 1 to 100, values up to ±1e4 and a sliced x.")
+    x = _speed_input(65536, 512)
+    out = torch.empty_like(x) if x is not None else None
+    report_speed(name, lambda: launch_softmax_rows(kernel, x, out, block_rows=4), 2 * 65536 * 512 * 4,
+                 against=("course_lib's softmax", lambda: _course_softmax(x)),
+                 advice="a row is read once and written once: keep the whole tile in registers between the load "
+                        "and the store, with no second load of x")
 
 
-def _mask_hint(got, expected):
-    """Name the usual mistakes in a causal mask."""
-    n = expected.shape[-1]
-    visible = ~expected
-    if torch.equal(got, expected | torch.eye(n, dtype=torch.bool, device=expected.device)):
-        return "the diagonal is hidden too: query i must see key i (hide j > i, not j >= i)"
-    if torch.equal(got, visible):
-        return "True and False are swapped: True must mark the hidden keys j > i"
-    if torch.equal(got, expected.t()):
-        return "the triangle is the wrong one: key j (the column) is hidden from query i (the row) when j > i"
+def _course_softmax(x, causal=False):
+    from ...kernels.softmax_op import causal_softmax, softmax
+
+    return causal_softmax(x) if causal else softmax(x)
+
+
+# -------------------------------------------------------------------- 2.2 the causal mask in the kernel
+
+
+def launch_causal_softmax(causal_softmax_kernel, x, out=None, block_rows=4):
+    """How exercise 2.2's checker launches the kernel on scores x of shape (B, n, n): a grid of
+    (B, cdiv(n, block_rows)) programs, program (b, t) taking queries t·block_rows ... of matrix
+    b, BLOCK_COLS the row length rounded up to a power of two; ``out`` contiguous float32,
+    filled with NaN when not given."""
+    batch, n, _ = x.shape
+    if out is None:
+        out = torch.full((batch, n, n), float("nan"), device=x.device, dtype=torch.float32)
+    # out goes in as its (B·n, n) view, the same elements: the picture of a wrong access draws
+    # 1-D and 2-D tensors only
+    causal_softmax_kernel[(batch, triton.cdiv(n, block_rows))](
+        x, out.view(batch * n, n), n, x.stride(0), x.stride(1), x.stride(2), out.stride(0), out.stride(1),
+        BLOCK_ROWS=block_rows, BLOCK_COLS=triton.next_power_of_2(n))
+    return out
+
+
+def _causal_softmax_hint(got, x):
+    """The usual mistake behind a wrong causal softmax, or None."""
+    if not isinstance(got, torch.Tensor) or got.shape != x.shape:
+        return None
+    x64 = x.detach().to("cpu", torch.float64)
+    got64 = got.detach().to("cpu", torch.float64)
+    expected = references.causal_softmax(x64)
+    n = x.shape[-1]
+    hidden = references.causal_mask(n)
+    if n > 1 and matches(got64[:, 1:], references.causal_softmax(x64, diagonal=-1)[:, 1:], rtol=1e-5, atol=1e-6):
+        return ("the diagonal is hidden: query i sees key i itself, keys j <= i (not j < i); query 0 then "
+                "sees nothing at all, and its row comes out NaN")
+    below = torch.ones(n, n, dtype=torch.bool).tril(diagonal=-1)
+    if matches(got64, references.softmax(x64.masked_fill(below, float("-inf"))).masked_fill(below, 0.0),
+               rtol=1e-5, atol=1e-6):
+        return ("the wrong triangle is visible: query i (a row) sees the keys j <= i (the columns up to the "
+                "diagonal), not j >= i")
+    padding = triton.next_power_of_2(n) - n
+    for padded_lanes in {0, padding}:  # hidden keys loaded as 0, with or without the lanes past the row
+        zeros = torch.cat([x64.masked_fill(hidden, 0.0), x64.new_zeros(*x.shape[:-1], padded_lanes)], dim=-1)
+        counted = references.softmax(zeros)[..., :n]
+        if matches(got64.masked_fill(hidden, 0.0), counted.masked_fill(hidden, 0.0), rtol=1e-5, atol=1e-6):
+            return ("the hidden keys count in the sum: loaded as 0 (other=0.0, or no other= at all) each adds "
+                    "exp(0 - max); load them as float('-inf'), whose exp is 0")
+    if got64[..., hidden].isnan().all() and matches(got64.masked_fill(hidden, 0.0), expected, rtol=1e-5, atol=1e-6):
+        return ("y is never written above the diagonal: the hidden keys' weights are 0 and must be stored "
+                "too; store every key of the row (keys < n), not only the visible ones")
+    if x.stride(2) != 1:  # the keys read as if they were neighbours in memory
+        neighbours = torch.as_strided(x, x.shape, (x.stride(0), x.stride(1), 1))
+        if matches(got64, references.causal_softmax(neighbours.double()), rtol=1e-5, atol=1e-6):
+            return (f"the keys of these scores are {x.stride(2)} elements apart: multiply each key index by "
+                    "stride_x_col, not by 1")
+    wrong = ~torch.isclose(got64, expected, rtol=1e-5, atol=1e-6)
+    wrong_queries = wrong.any(dim=-1).any(dim=0).nonzero().flatten().tolist()
+    if wrong_queries == [n - 1]:
+        return (f"only the last query of each matrix is wrong, query {n - 1}, the one that sees every key: is "
+                f"key {n - 1} visible to it (a mask like keys < n - 1 stops the row one key short), and do the "
+                "lanes past the end of the row stay hidden?")
     return None
 
 
-def check_causal_mask(causal_mask):
-    """Exercise 2.2: ``causal_mask(scores)`` returns the (n, n) bool mask of a causal softmax,
-    True where key j is hidden from query i (j > i), and raises ValueError for non-square scores."""
-    name = "Exercise 2.2 (causal_mask)"
-    shapes = [(5, 5), (2, 2), (1, 1), (3, 7, 7), (2, 3, 16, 16)]
-    shapes += hidden_case(lambda: (lambda n: (random_size(1, 3), n, n))(random_size(2, 24)))
-    for shape in shapes:
-        scores = torch.randn(shape, device=DEVICE)
-        n = shape[-1]
-        what = f"{name}, scores of shape {shape}"
-        got = run_student_code(name, causal_mask, scores)
-        if got is None:
-            raise ExerciseError(f"{what}: got None; did the function return its result?")
-        if not isinstance(got, torch.Tensor):
-            raise ExerciseError(f"{what}: expected a torch.Tensor, got {type(got).__name__}")
-        if got.dtype != torch.bool:
-            raise ExerciseError(f"{what}: dtype {got.dtype}; return a torch.bool tensor (a comparison gives one), "
-                                "True where the key is hidden")
-        if got.device != scores.device:
-            raise ExerciseError(f"{what}: the mask is on {got.device} but the scores are on {scores.device}; "
-                                "create it with device=scores.device")
-        if tuple(got.shape) not in {(n, n), tuple(shape)}:
-            raise ExerciseError(f"{what}: shape {tuple(got.shape)}, expected {(n, n)} (or the scores' own shape)")
-        expected = references.causal_mask(n, device=DEVICE).expand(got.shape)
-        if torch.equal(got, expected):
-            continue
-        first, hint = got.reshape(-1, n, n)[0], None
-        if torch.equal(got, first.expand(got.shape)):
-            hint = _mask_hint(first, expected.reshape(-1, n, n)[0])
-        try:
-            compare(what, got.to(torch.float64), expected.to(torch.float64), rtol=0, atol=0,
-                    show_picture=got.ndim == 2)
-        except ExerciseError as error:
-            message = str(error).replace("got 1,", "got True,").replace("got 0,", "got False,")
-            message = message.replace("expected 1\n", "expected True\n").replace("expected 0\n", "expected False\n")
-            raise ExerciseError(message + (f"\n  hint: {hint}" if hint else "")) from None
-    try:
-        causal_mask(torch.randn(4, 6, device=DEVICE))
-    except ValueError:
-        pass
-    except Exception as error:
-        raise ExerciseError(f"{name}: scores of shape (4, 6) raised {type(error).__name__}: {error}; "
-                            "raise a ValueError instead") from error
-    else:
-        raise ExerciseError(f"{name}: scores of shape (4, 6) are not square, so which key is on query i's "
-                            "diagonal is ambiguous: raise a ValueError saying so (the seed's `row % n_cols` "
-                            "quietly made a wrong mask here)")
-    print("Exercise 2.2 passed: n from 1 to 16, batched scores, and a ValueError for non-square scores.")
+def check_causal_softmax(causal_softmax_kernel):
+    """Exercise 2.2: ``causal_softmax_kernel``, launched by :func:`launch_causal_softmax`, writes
+    the causal softmax of scores (B, n, n) of any strides: query i sees keys j <= i, and y is
+    exactly 0 at the keys it does not see."""
+    name = "Exercise 2.2 (causal_softmax_kernel)"
+    kernel = require_kernel(name, causal_softmax_kernel, "causal_softmax_kernel")
+    cases = [(2, 8), (2, 5), (1, 1), (3, 16), (2, 33)]
+    cases += hidden_case(lambda: (random_size(1, 3), random_size(2, 40)))
+    inputs = [(f"scores of shape {(batch, n, n)}", torch.randn(batch, n, n, device=DEVICE) * 3) for batch, n in cases]
+    transposed = torch.randn(2, 12, 12, device=DEVICE).transpose(1, 2)
+    inputs.append((f"transposed scores (strides {transposed.stride()})", transposed))
+    sliced = torch.randn(2, 20, 24, device=DEVICE)[:, 2:19, 3:20]
+    inputs.append((f"scores sliced from a larger tensor (strides {sliced.stride()})", sliced))
+    for what, x in inputs:
+        _checked_runs(name, f"{name}, {what}", launch_causal_softmax, kernel, (x,),
+                      references.causal_softmax(x.double()), lambda got: _causal_softmax_hint(got, x))
+    print(f"Exercise 2.2 passed: {len(inputs)} cases, n from 1 to 33, transposed and sliced scores.")
+    x = _speed_input(32, 1024, 1024)
+    out = torch.empty_like(x) if x is not None else None
+    report_speed(name, lambda: launch_causal_softmax(kernel, x, out, block_rows=4), int(1.5 * 32 * 1024 * 1024 * 4),
+                 against=("course_lib's causal_softmax", lambda: _course_softmax(x, causal=True)),
+                 advice="the scores above the diagonal are never needed: load with the causal mask itself, so "
+                        "that half of them are never read, and store the whole row")
 
 
-def check_softmax_grad(softmax_grad):
-    """Exercise 2.3: ``softmax_grad(y, grad_y)`` returns grad_x of a softmax from its output y."""
-    name = "Exercise 2.3 (softmax_grad)"
-    cases = [((1,), False), ((4, 7), False), ((3, 6, 6), True), ((2, 2, 9, 9), True)]
-    cases += hidden_case(lambda: (lambda n: ((random_size(1, 3), n, n), True))(random_size(2, 12)))
-    for shape, causal in cases:
-        x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
-        y = references.causal_softmax(x) if causal else references.softmax(x)
-        grad_y = torch.randn(shape, dtype=torch.float64)
-        (expected,) = torch.autograd.grad(y, x, grad_y)
-        # the answer must come from the formula, not from autograd or the reference
-        with torch.no_grad(), refusing_calls(references.softmax_backward):
-            got = run_student_code(name, softmax_grad, y.detach(), grad_y)
-        kind = "causal " if causal else ""
-        compare(f"{name}, {kind}y of shape {shape} (sum over the last dimension, keeping it)",
-                got, expected, rtol=1e-9, atol=1e-9)
-    print("Exercise 2.3 passed: grad_x matches autograd's for plain and causal y, 1-D to 4-D.")
+# -------------------------------------------------------------------- 2.3 the online softmax
 
 
-def check_online_softmax_stats(online_softmax_stats):
-    """Exercise 2.4: ``online_softmax_stats(x, tile)`` returns each row's max and sum(exp(x - max)),
-    reading x one tile of columns at a time."""
-    name = "Exercise 2.4 (online_softmax_stats)"
-    random_rows = torch.randn(6, 50, dtype=torch.float64) * 3
-    rising = torch.linspace(-400.0, 400.0, 50, dtype=torch.float64) + torch.rand(4, 50, dtype=torch.float64)
-    masked = torch.randn(5, 50, dtype=torch.float64)
-    masked[:, :20] = float("-inf")  # keys hidden by a mask
-    cases = [(random_rows, tile, "random rows") for tile in (1, 7, 16, 50, 64)]
-    cases += [(rising, 8, "rows whose max grows from tile to tile"),
-              (masked, 8, "rows whose first tiles are all -inf")]
-    cases += hidden_case(lambda: (random_matrix(6, 90) * 3, random_size(1, 64), "random rows"))
-    for x, tile, kind in cases:
-        what = f"{name}, tiles of {tile} columns, x of shape {tuple(x.shape)}, {kind}"
-        result = run_student_code(name, online_softmax_stats, x.clone(), tile)
-        if not (isinstance(result, tuple) and len(result) == 2):
-            raise ExerciseError(f"{name}: return a tuple (running_max, running_sum), got {type(result).__name__}")
-        expected_max = x.amax(dim=-1)
-        expected_sum = torch.exp(x - expected_max[:, None]).sum(dim=-1)
-        compare(f"{what}: the max", result[0], expected_max, rtol=1e-12, atol=0)
-        try:
-            compare(f"{what}: the sum", result[1], expected_sum, rtol=1e-9, atol=1e-12)
-        except ExerciseError as error:
-            if isinstance(result[1], torch.Tensor) and result[1].isnan().any() and x.isinf().any():
-                hint = ("a tile of only -inf gives exp(-inf - (-inf)) = NaN: "
-                        "shift by 0 instead while the running max is still -inf")
-            else:
-                hint = ("is the running sum rescaled by exp(m_old - m_new) at every tile, "
-                        "before the new tile's exp(x - m_new) are added?")
-            raise ExerciseError(f"{error}\n  hint: {hint}") from None
-    print(f"Exercise 2.4 passed: {len(cases)} cases, tiles of 1 to 64 columns on rows of 50, "
-          "a growing max and masked keys.")
+def launch_online_softmax(online_softmax_kernel, x, out=None, block_cols=16):
+    """How exercise 2.3's checker launches the kernel: one program a row, which it walks
+    ``block_cols`` columns at a time; ``out`` contiguous float32, filled with NaN when not given."""
+    n_rows, n_cols = x.shape
+    if out is None:
+        out = torch.full((n_rows, n_cols), float("nan"), device=x.device, dtype=torch.float32)
+    online_softmax_kernel[(n_rows,)](x, out, n_cols, x.stride(0), out.stride(0), BLOCK_COLS=block_cols)
+    return out
+
+
+def _tiled_softmax(x, block, rescale=True, running_max=True, running_sum=True, padding=float("-inf")):
+    """The online softmax of the rows of x in float32, as a kernel computes it tile by tile,
+    with one of its usual mistakes switched on: the sum not rescaled when the max grows, the
+    max of each tile alone, the sum of the last tile alone, padding lanes loaded as ``padding``."""
+    x = x.detach().to("cpu", torch.float32)
+    n_rows, n_cols = x.shape
+    padded = torch.full((n_rows, triton.cdiv(n_cols, block) * block), padding)
+    padded[:, :n_cols] = x
+    row_max = torch.full((n_rows,), float("-inf"))
+    row_sum = torch.zeros(n_rows)
+    for start in range(0, n_cols, block):
+        tile = padded[:, start:start + block]
+        grown = torch.maximum(row_max, tile.amax(dim=1)) if running_max else tile.amax(dim=1)
+        tile_sum = torch.exp(tile - grown[:, None]).sum(dim=1)
+        carried = row_sum * torch.exp(row_max - grown) if rescale else row_sum
+        row_sum = carried + tile_sum if running_sum else tile_sum
+        row_max = grown
+    return torch.exp(x - row_max[:, None]) / row_sum[:, None]
+
+
+def _resembles(got, model):
+    """got is the answer ``model`` predicts, infinities and NaN where it has them included."""
+    return (isinstance(got, torch.Tensor) and got.shape == model.shape
+            and bool(torch.allclose(got.detach().to("cpu", torch.float32), model, rtol=1e-4, atol=1e-6,
+                                    equal_nan=True)))
+
+
+def _online_softmax_hint(got, x, block):
+    """The usual mistake behind a wrong online softmax, or None."""
+    mistakes = [
+        (dict(rescale=False),
+         "the running sum is not rescaled when the maximum grows: each tile's exponentials are taken relative "
+         "to the maximum of that moment, so multiply the sum so far by exp(old_max - new_max) before adding "
+         "the new tile's sum"),
+        (dict(running_sum=False),
+         "the sum is the last tile's only: add each tile's exponentials to the running sum (rescaled), do not "
+         "replace it"),
+        (dict(padding=0.0),
+         "the lanes past the end of the row count in the sum as exp(0 - max): load them with "
+         "other=float('-inf'), so that they never win the maximum and their exp is 0"),
+        (dict(running_max=False),
+         "the maximum is the last tile's only: the running maximum must keep the largest value of every tile "
+         "so far, max(running_max, tile max); with a smaller maximum exp(x - max) overflows to inf where an "
+         "earlier tile held a larger score"),
+    ]
+    right = _tiled_softmax(x, block)
+    for switches, hint in mistakes:
+        model = _tiled_softmax(x, block, **switches)
+        if not _resembles(model, right) and _resembles(got, model):  # this case tells the mistake apart
+            return hint
+    return None
+
+
+def check_online_softmax(online_softmax_kernel):
+    """Exercise 2.3: ``online_softmax_kernel``, launched by :func:`launch_online_softmax`, writes
+    the softmax of each row of a 2-D float32 x, one program a row, reading it a tile at a time."""
+    name = "Exercise 2.3 (online_softmax_kernel)"
+    kernel = require_kernel(name, online_softmax_kernel, "online_softmax_kernel")
+    block = 16
+    inputs = [(f"random rows, x of shape {shape}", torch.randn(shape, device=DEVICE) * 3)
+              for shape in [(4, 50), (1, 1), (3, 16)]]
+    rising = torch.linspace(-400.0, 400.0, 64) + torch.rand(4, 64)
+    inputs.append(("rows of 64 whose maximum grows from tile to tile", rising.to(DEVICE)))
+    peaked = torch.randn(3, 100)
+    peaked[:, 3] = 150.0
+    inputs.append(("rows of 100 whose largest score, 150, lies in the first tile", peaked.to(DEVICE)))
+    inputs.append(("x = wide[:, :70], rows 90 elements apart (use stride_x_row)",
+                   torch.randn(5, 90, device=DEVICE)[:, :70]))
+    inputs += hidden_case(lambda: ("random rows", torch.randn(random_size(1, 6), random_size(2, 200), device=DEVICE) * 3))
+    for what, x in inputs:
+        _checked_runs(name, f"{name}, tiles of {block} columns, {what}", launch_online_softmax, kernel, (x,),
+                      references.softmax(x.double()), lambda got: _online_softmax_hint(got, x, block),
+                      show_picture=True)
+    print(f"Exercise 2.3 passed: {len(inputs)} cases, rows of 1 to 100 in tiles of {block}, a growing maximum "
+          "and a large first score.")
+    x = _speed_input(4096, 32768)
+    out = torch.empty_like(x) if x is not None else None
+    report_speed(name, lambda: launch_online_softmax(kernel, x, out, block_cols=4096), 2 * 4096 * 32768 * 4,
+                 against=("course_lib's softmax", lambda: _course_softmax(x)), target=0.5,
+                 advice="pass 2 reads each row again: with one program a row and a tile of a few thousand "
+                        "columns the row is still in L2 when pass 2 comes; keep the first loop to one load, "
+                        "one maximum and one sum a tile")

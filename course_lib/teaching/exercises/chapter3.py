@@ -55,6 +55,8 @@ def launch_layernorm_rows(layernorm_rows_kernel, x, gamma, beta, eps=EPS, out=No
 
 
 def _layernorm_rows_hint(x64, eps, mean, rstd, large_mean):
+    # compared on the CPU: the hints' candidates are made there
+    x64 = x64.cpu()
     """The usual mistake behind wrong statistics (got mean and rstd), or None."""
     n_cols = x64.shape[1]
     expected_mean = x64.mean(dim=1)
@@ -66,10 +68,14 @@ def _layernorm_rows_hint(x64, eps, mean, rstd, large_mean):
                 "part of the row")
     if not matches(mean, expected_mean, rtol=1e-4, atol=1e-4 if large_mean else 1e-5):
         return None
+    if n_cols == 1 and isinstance(rstd, torch.Tensor) and rstd.isnan().all():
+        return ("the variance divides by n_cols - 1 (the unbiased estimate, 0 / 0 on rows of one element): "
+                "LayerNorm's is biased, divide by n_cols")
     candidates = [
         (torch.rsqrt(var * n_cols / (n_cols - 1) + eps) if n_cols > 1 else None,
          "the variance divides by n_cols - 1 (the unbiased estimate): LayerNorm's is biased, divide by n_cols"),
-        (1 / (var.sqrt() + eps), "eps goes inside the square root: rstd = 1 / sqrt(var + eps), not 1 / (sqrt(var) + eps)"),
+        (1 / (var.sqrt() + eps),
+         "eps goes inside the square root: rstd = 1 / sqrt(var + eps), not 1 / (sqrt(var) + eps)"),
         (torch.rsqrt((centred ** 2).sum(dim=1) / n_cols + padding * expected_mean ** 2 / n_cols + eps),
          "the padding lanes count in the variance: they load 0, so x - mean is -mean there and adds mean² to the "
          "sum of squares; set the centred values to 0 outside the mask (tl.where) before squaring"),
@@ -77,9 +83,15 @@ def _layernorm_rows_hint(x64, eps, mean, rstd, large_mean):
     for candidate, hint in candidates:
         if candidate is not None and matches(rstd, candidate, rtol=1e-4, atol=1e-4):
             return hint
-    if large_mean:
-        return ("E[x²] - E[x]² cancels catastrophically in float32 on rows centred far from 0 (here ±1e4, where "
-                "E[x²] ≈ 1e8 is rounded to a multiple of 8): subtract the mean first, then average the squares")
+    # The one-step E[x²] - E[x]² is off by about the rounding of E[x²], or negative (rstd NaN)
+    rstd64 = rstd.detach().to("cpu", torch.float64) if isinstance(rstd, torch.Tensor) else None
+    if rstd64 is not None and rstd64.shape == var.shape:
+        var_got = 1 / rstd64 ** 2 - eps
+        rounding = 4 * n_cols * 2.0 ** -23 * (x64.cpu() ** 2).mean(dim=1)
+        if (~rstd64.isfinite() | ((var_got - var.cpu()).abs() <= rounding)).all():
+            return ("E[x²] - E[x]² cancels catastrophically in float32 when the variance is small next to the mean "
+                    "squared (rows of spread 1e-3 around 0.5, rows centred on ±1e4 where E[x²] ≈ 1e8 is rounded to "
+                    "a multiple of 8): subtract the mean first, then average the squares")
     return None
 
 
@@ -281,7 +293,8 @@ def check_column_partial_sums(column_partial_sums_kernel):
                 f"program, tiles of {block_rows}){note}")
         x64 = x.double()
         expected = _program_sums(x64, rows_per_program)
-        for how, got in kernel_runs(name, launch_column_partial_sums, kernel, x, n_programs, out, block_rows):
+        runs = _partial_row_runs(name, launch_column_partial_sums, kernel, x, n_programs, out, block_rows)
+        for how, got in runs:
             try:
                 compare(f"{what}{', ' + how if how else ''}: partial (row p is program p's sum)", got, expected,
                         rtol=1e-5, atol=1e-5 * rows_per_program ** 0.5, show_picture=True)
@@ -381,13 +394,24 @@ def _partial_grads_hint(got_dgamma, got_dbeta, products, rows_per_program, block
             hint = _partial_rows_hint(got, expected, product, rows_per_program, block_rows)
             if hint:
                 return hint
-    if isinstance(got_dgamma, torch.Tensor) and got_dgamma.shape == expected_dgamma.shape:
-        per_row = products[0].sum(dim=1)  # a sum along each row, where a partial row sums down the columns
-        if torch.isclose(got_dgamma.detach().cpu().double().flatten(), per_row[:, None].cpu(),
-                         rtol=1e-4, atol=1e-4).any(dim=0).float().mean() > 0.5:
-            return ("the partial rows hold sums along rows (axis=1): dgamma's and dbeta's partial sums run down "
-                    "the columns, over the program's rows, so accumulate tiles and reduce with axis=0")
     return None
+
+
+def _partial_row_runs(name, launch, kernel, *args):
+    """kernel_runs, naming the usual reason when the kernel stores a vector of the wrong shape."""
+    try:
+        yield from kernel_runs(name, launch, kernel, *args)
+    except ExerciseError as error:
+        raise _with_shape_hint(error) from None
+
+
+def _with_shape_hint(error):
+    """An ExerciseError from a kernel that stored a vector of the wrong shape, with the usual reason."""
+    message = str(error)
+    if "Expected pointer argument to have shape" in message or "annot broadcast" in message:
+        message += ("\n  hint: a stored value has another shape than its pointers. A partial row has one number a "
+                    "column: tl.sum(tile, axis=0) sums down the tile's rows; axis=1 would give one number a row")
+    return ExerciseError(message)
 
 
 def check_layernorm_backward_rows(layernorm_backward_rows_kernel):
@@ -422,8 +446,8 @@ def check_layernorm_backward_rows(layernorm_backward_rows_kernel):
         expected = (_program_sums(products[0], rows_per_program), _program_sums(products[1], rows_per_program))
         what = (f"{name}, x of shape {(n_rows, n_cols)}, n_programs={n_programs} ({rows_per_program} rows a "
                 f"program, tiles of {block_rows}){note}")
-        runs = kernel_runs(name, launch_layernorm_backward_rows, kernel, x, gamma, grad_y, mean, rstd, n_programs,
-                           out, block_rows)
+        runs = _partial_row_runs(name, launch_layernorm_backward_rows, kernel, x, gamma, grad_y, mean, rstd,
+                                 n_programs, out, block_rows)
         totals = []
         for how, (grad_x, partial_dgamma, partial_dbeta) in runs:
             where = what + (f", {how}" if how else "")

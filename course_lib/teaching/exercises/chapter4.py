@@ -239,9 +239,10 @@ def _coor_descent_without_max32(s, k, n_iters, schedule):
     return torch.exp(torch.clamp(s32 + a, max=0.0) / epsilons[-1]).double()
 
 
-def _coor_descent_row_hint(got, expected, s, k, n_iters, schedule, large):
-    """The usual mistake behind a wrong y, or None. A candidate that agrees with the right y
-    on this case (the ε of y when ε is fixed, say) says nothing, and is passed over."""
+def _coor_descent_row_hint(got, expected, s, k, n_iters, schedule, large, tolerance):
+    """The usual mistake behind a wrong y, or None: the first whose y matches ``got`` within
+    ``tolerance``, the case's. A mistake that gives the right y on this case (the ε of y when ε
+    is fixed, say) says nothing, and is passed over."""
     if not isinstance(got, torch.Tensor) or got.shape != s.shape:
         return None
     overflow = ("exp overflowed float32 (past exp(88) it is inf, and then a = -inf): subtract the largest "
@@ -279,8 +280,7 @@ def _coor_descent_row_hint(got, expected, s, k, n_iters, schedule, large):
     ]
     for candidate, text in candidates:
         wrong_y = candidate()
-        if (wrong_y is not None and not matches(wrong_y, expected, **_HINT_TOLERANCE)
-                and matches(got, wrong_y, **_HINT_TOLERANCE)):
+        if wrong_y is not None and not matches(wrong_y, expected, **tolerance) and matches(got, wrong_y, **tolerance):
             return text
     if large and not got.detach().isfinite().all():
         return overflow
@@ -290,7 +290,6 @@ def _coor_descent_row_hint(got, expected, s, k, n_iters, schedule, large):
 # y divides s + a by ε: one float32 rounding of a (6e-8 |a|) becomes 6e-8 |a| / ε in y, about
 # 4e-5 for scores near 20 and ε = 0.05, and the iterations add up a few such roundings.
 _TOLERANCE, _LARGE_TOLERANCE = dict(rtol=1e-4, atol=2e-5), dict(rtol=5e-4, atol=5e-4)
-_HINT_TOLERANCE = dict(rtol=1e-3, atol=1e-3)  # a mistake's y, matched up to float32's roundings
 
 
 def check_coor_descent_row(coor_descent_row_kernel):
@@ -311,27 +310,27 @@ def check_coor_descent_row(coor_descent_row_kernel):
         ((torch.rand(3, 50, device=DEVICE) * 2 - 1) * 20, 5.0, 20, dict(falling, eps=0.05),
          "scores up to ±20, ε down to 0.05 (exp overflows past 88 unless the largest term is subtracted)", True),
     ]
-    transposed = torch.randn(30, 6, device=DEVICE).t()
-    cases.append((transposed, 4.0, 10, fixed, f"a transposed s (strides {transposed.stride()}: use stride_s_col)",
-                  False))
     sliced = torch.randn(4, 48, device=DEVICE)[:, :33]
     cases.append((sliced, 6.0, 10, fixed, f"s = wide[:, :33] whose rows are {sliced.stride(0)} elements apart "
                                           "(use stride_s_row)", False))
+    transposed = torch.randn(30, 6, device=DEVICE).t()
+    cases.append((transposed, 4.0, 10, fixed, f"a transposed s (strides {transposed.stride()}: use stride_s_col)",
+                  False))
     cases += hidden_case(lambda: (torch.randn(random_size(1, 6), random_size(1, 100), device=DEVICE),
                                   float(random_size(1, 12)), random_size(1, 20), falling, "random rows", False))
     for s, k, n_iters, schedule, kind, large in cases:
         settings = ", ".join(f"{key} = {value:g}" for key, value in schedule.items())
         what = f"{name}, s of shape {tuple(s.shape)}, k = {k:g}, n_iters = {n_iters}, {settings}, {kind}"
         expected = references.coor_descent(s.double(), n_iters=n_iters, k=k, **schedule)
+        tolerance = _LARGE_TOLERANCE if large else _TOLERANCE
         for how, got in kernel_runs(name, launch_coor_descent_row, kernel, s, k, n_iters, *_launch_schedule(schedule)):
             try:
-                compare(what + (f", {how}" if how else ""), got, expected, show_picture=True,
-                        **(_LARGE_TOLERANCE if large else _TOLERANCE))
+                compare(what + (f", {how}" if how else ""), got, expected, show_picture=True, **tolerance)
             except ExerciseError as error:
-                hint = _coor_descent_row_hint(got, expected, s, k, n_iters, schedule, large)
+                hint = _coor_descent_row_hint(got, expected, s, k, n_iters, schedule, large, tolerance)
                 raise ExerciseError(str(error) + (f"\n  hint: {hint}" if hint else "")) from None
     print(f"{name.split(' (')[0]} passed: {len(cases)} cases, rows of 1 to 100 scores, 1 to 20 iterations, "
-          "fixed and falling ε, scores up to ±20, a transposed and a sliced s.")
+          "fixed and falling ε, scores up to ±20, a sliced and a transposed s.")
     s = torch.randn(16384, 1024, device=DEVICE) if DEVICE != "cpu" else None
     out = torch.empty_like(s) if s is not None else None
     from ...kernels.coor_descent_op import coor_descent

@@ -251,13 +251,41 @@ def _require_operator(name, op):
                             "launches it sees through wrap_triton, and a bare kernel[grid] fails on its fake tensors")
 
 
+def _tracing_hint(error):
+    """The usual cause of an operator that fails on fake tensors (a GPU's triton_op), or ""."""
+    if "data pointer" not in str(error) and "data_ptr" not in str(error):
+        return ""
+    return ("\n  hint: launch every kernel through torch.library.wrap_triton(kernel)[grid](...), and read only "
+            "shapes, strides and dtypes in the operators' bodies: torch.compile and opcheck run them on fake "
+            "tensors, which have no data")
+
+
 def _opcheck(name, op, args, what):
     """torch.library.opcheck, its failure told as which of its tests failed and why."""
     try:
         torch.library.opcheck(op, args)
     except torch.testing._internal.optests.OpCheckError as error:
         first_line = str(error).strip().splitlines()[0]
-        raise ExerciseError(f"{name}: torch.library.opcheck failed {what}: {first_line}") from error
+        raise ExerciseError(f"{name}: torch.library.opcheck failed {what}: {first_line}{_tracing_hint(error)}") \
+            from error
+
+
+_OUTPUT_LAYOUT_HINT = ("the output has the layout of x, which is not row-major here (torch.empty_like(x) keeps it), "
+                       "while the kernel writes its columns as contiguous: allocate it with torch.empty(x.shape, ...)")
+_GRAD_X_LAYOUT_HINT = ("x is not row-major here: if the backward operator allocates grad_x with torch.empty_like(x), "
+                       "grad_x keeps that layout while the kernel writes its columns as contiguous; allocate it with "
+                       "torch.empty(x.shape, ...)")
+
+
+@contextlib.contextmanager
+def _hint_on_failure(hint):
+    """An ExerciseError raised in the block, with ``hint`` added (when there is one)."""
+    try:
+        yield
+    except ExerciseError as error:
+        if not hint:
+            raise
+        raise ExerciseError(f"{error}\n  hint: {hint}") from None
 
 
 def _values_and_grads(name, op, x, w, grad_y, forward_kernel, backward_kernel, what):
@@ -268,8 +296,10 @@ def _values_and_grads(name, op, x, w, grad_y, forward_kernel, backward_kernel, w
     w = w.detach().requires_grad_()
     with _counting_launches(forward_kernel) as forward_launches:
         out = run_student_code(name, op, x, w)
-    compare(f"{name}: the operator's output for {what}", out, x.detach().double() * w.detach().double(),
-            rtol=1e-6, atol=1e-6)
+    laid_out_as_x = isinstance(out, torch.Tensor) and not out.is_contiguous() and out.stride() == x.stride()
+    with _hint_on_failure(_OUTPUT_LAYOUT_HINT if laid_out_as_x else ""):
+        compare(f"{name}: the operator's output for {what}", out, x.detach().double() * w.detach().double(),
+                rtol=1e-6, atol=1e-6)
     if forward_launches == []:
         raise ExerciseError(f"{name}: the operator did not launch scale_columns_forward_kernel: launch it with "
                             "torch.library.wrap_triton(scale_columns_forward_kernel)[grid](...)")
@@ -286,7 +316,8 @@ def _values_and_grads(name, op, x, w, grad_y, forward_kernel, backward_kernel, w
         raise ExerciseError(f"{name}: the grad of {'x' if x.grad is None else 'w'} is None for {what}: backward must "
                             "return (grad_x, grad_w), one gradient for each input")
     x64, grad_y64 = x.detach().double(), grad_y.double()
-    compare(f"{name}: the grad of x for {what}", x.grad, grad_y64 * w.detach().double(), rtol=1e-5, atol=1e-6)
+    with _hint_on_failure(_GRAD_X_LAYOUT_HINT if not x.is_contiguous() else ""):
+        compare(f"{name}: the grad of x for {what}", x.grad, grad_y64 * w.detach().double(), rtol=1e-5, atol=1e-6)
     compare(f"{name}: the grad of w for {what}", w.grad, (grad_y64 * x64).sum(0), rtol=1e-5,
             atol=1e-5 * x.shape[0] ** 0.5)
     if backward_launches == []:
@@ -295,27 +326,28 @@ def _values_and_grads(name, op, x, w, grad_y, forward_kernel, backward_kernel, w
 
 
 def _compiled_matches(name, op, forward_kernel, backward_kernel):
-    """torch.compile(op, fullgraph=True), forward and backward, against eager: inductor on a
-    GPU; aot_eager under the interpreter, where the operator is opaque."""
+    """torch.compile(op, fullgraph=True), forward and backward, against float64: inductor on
+    a GPU; aot_eager under the interpreter, where the operator is opaque and its body runs
+    as in eager, launches counted."""
     backend = "inductor" if ON_GPU else "aot_eager"
+    x, w, grad_y = torch.randn(21, 37, device=DEVICE), torch.randn(37, device=DEVICE), torch.randn(21, 37, device=DEVICE)
     torch._dynamo.reset()
     compiled = torch.compile(op, fullgraph=True, backend=backend)
     try:
-        _values_and_grads(name, compiled, torch.randn(21, 37, device=DEVICE), torch.randn(37, device=DEVICE),
-                          torch.randn(21, 37, device=DEVICE), forward_kernel if not ON_GPU else None,
-                          backward_kernel if not ON_GPU else None, "x of shape (21, 37), compiled")
-    except ExerciseError as error:
-        message = str(error)
-        if "your code raised" in message:
-            hint = ("\n  hint: launch every kernel through torch.library.wrap_triton(kernel)[grid](...), and read "
-                    "only shapes, strides and dtypes in the operators' bodies: torch.compile runs them on fake "
-                    "tensors, which have no data" if "data pointer" in message or "data_ptr" in message else "")
-            raise ExerciseError(f"{name}: torch.compile(scale_columns_op, fullgraph=True, backend={backend!r}) "
-                                f"failed: {message.split(': ', 1)[-1]}{hint}") from None
+        # Traced first, outside the checks, so that a failure of the trace is told as one.
+        compiled(x.clone().requires_grad_(), w.clone().requires_grad_()).backward(grad_y)
+    except ExerciseError:
         raise
+    except Exception as error:  # the student's operator may fail to trace in any way
+        lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+        reason = next((line for line in lines if "Error" in line and len(line) > 30), lines[0] if lines else "")
+        raise ExerciseError(f"{name}: torch.compile(scale_columns_op, fullgraph=True, backend={backend!r}) failed "
+                            f"with {type(error).__name__}: {reason}{_tracing_hint(error)}") from error
+    try:
+        _values_and_grads(name, compiled, x, w, grad_y, None if ON_GPU else forward_kernel,
+                          None if ON_GPU else backward_kernel, "x of shape (21, 37), compiled")
     finally:
         torch._dynamo.reset()
-    return backend
 
 
 def check_scale_columns_op(scale_columns_forward_kernel, scale_columns_backward_kernel, scale_columns_op):
@@ -328,7 +360,8 @@ def check_scale_columns_op(scale_columns_forward_kernel, scale_columns_backward_
     backward_kernel = require_kernel(name, scale_columns_backward_kernel, "scale_columns_backward_kernel")
     _require_operator(name, scale_columns_op)
 
-    shapes = [(1, 1), (5, 3), (37, 130)] + hidden_case(lambda: (random_size(2, 80), random_size(2, 150)))
+    # 517 rows: more than one row group for most choices of rows_per_program
+    shapes = [(1, 1), (5, 3), (37, 130), (517, 9)] + hidden_case(lambda: (random_size(2, 300), random_size(2, 150)))
     inputs = [(f"x of shape {shape}", torch.randn(shape, device=DEVICE), torch.randn(shape[1], device=DEVICE))
               for shape in shapes]
     transposed = torch.randn(40, 23, device=DEVICE).t()
@@ -347,7 +380,7 @@ def check_scale_columns_op(scale_columns_forward_kernel, scale_columns_backward_
     x, w = torch.randn(9, 5, device=DEVICE), torch.randn(5, device=DEVICE)
     _opcheck(name, scale_columns_op, (x, w), "on x of shape (9, 5)")
     _opcheck(name, scale_columns_op, (x.requires_grad_(), w.requires_grad_()), "with inputs that need grad")
-    backend = _compiled_matches(name, scale_columns_op, forward_kernel, backward_kernel)
+    _compiled_matches(name, scale_columns_op, forward_kernel, backward_kernel)
     how = ("inductor launching your kernels itself" if ON_GPU else
            "aot_eager, the operator opaque (under the interpreter inductor cannot launch interpreted kernels)")
     print(f"{name.split(' (')[0]} passed: the forward kernel on {len(inputs)} inputs, the operator's values and "

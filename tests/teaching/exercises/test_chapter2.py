@@ -3,101 +3,77 @@
 import pytest
 import torch
 
-import course_lib
 from course_lib.teaching import exercises
-from course_lib.core import references
 from course_lib.teaching.checking import ExerciseError
+from solutions import solution
 
 
-def test_softmax_rows_checker(capsys):
-    exercises.check_softmax_rows(lambda x: torch.softmax(x, dim=-1))
-    assert capsys.readouterr().out.startswith("Exercise 2.1 passed")
-    with pytest.raises(ExerciseError, match="exp overflows"):  # no max subtracted: inf / inf
-        exercises.check_softmax_rows(lambda x: x.exp() / x.exp().sum(dim=-1, keepdim=True))
-    with pytest.raises(ExerciseError, match="wrong columns"):  # padding lanes counted as exp(0)
-        exercises.check_softmax_rows(lambda x: x.exp() / (x.exp().sum(dim=-1, keepdim=True) + 1))
-    with pytest.raises(ExerciseError, match="stride_x_row"):  # rows read as if contiguous
-        exercises.check_softmax_rows(
-            lambda x: torch.softmax(torch.as_strided(x, x.shape, (x.shape[1], 1)), dim=-1))
+def _kernel(exercise, name, mistakes=None):
+    return getattr(solution("02_causal_softmax", exercise, mistakes), name)
 
 
-def _right_causal_mask(scores):
-    if scores.shape[-1] != scores.shape[-2]:
-        raise ValueError("not square")
-    return references.causal_mask(scores.shape[-1], scores.device)
+@pytest.mark.parametrize("exercise, name, checker", [
+    ("2.1", "softmax_rows_kernel", exercises.check_softmax_rows),
+    ("2.2", "causal_softmax_kernel", exercises.check_causal_softmax),
+    ("2.3", "online_softmax_kernel", exercises.check_online_softmax),
+])
+def test_the_solution_passes(exercise, name, checker, capsys):
+    checker(_kernel(exercise, name))
+    out = capsys.readouterr().out
+    assert out.startswith(f"Exercise {exercise} passed") and "speed" in out
 
 
-def test_causal_mask_checker(capsys):
-    exercises.check_causal_mask(_right_causal_mask)
-    assert capsys.readouterr().out.startswith("Exercise 2.2 passed")
-    # the scores' own shape is accepted too
-    exercises.check_causal_mask(lambda s: _right_causal_mask(s).expand(s.shape))
-    assert capsys.readouterr().out.startswith("Exercise 2.2 passed")
-    with pytest.raises(ExerciseError, match="diagonal is hidden too"):
-        exercises.check_causal_mask(
-            lambda s: _right_causal_mask(s) | torch.eye(s.shape[-1], dtype=torch.bool, device=s.device))
-    with pytest.raises(ExerciseError, match="swapped"):
-        exercises.check_causal_mask(lambda s: ~_right_causal_mask(s))
-    with pytest.raises(ExerciseError, match="torch.bool"):
-        exercises.check_causal_mask(lambda s: _right_causal_mask(s).float())
-    with pytest.raises(ExerciseError, match="not square"):
-        exercises.check_causal_mask(lambda s: references.causal_mask(s.shape[-1], s.device))
-    with pytest.raises(ExerciseError, match="got None"):
-        exercises.check_causal_mask(lambda s: None)
+@pytest.mark.parametrize("checker", [exercises.check_softmax_rows, exercises.check_causal_softmax,
+                                     exercises.check_online_softmax])
+@pytest.mark.parametrize("answer, message", [
+    (lambda x: torch.softmax(x, dim=-1), "pass the kernel itself"),
+    (None, "got None"),
+])
+def test_what_is_not_a_kernel_is_refused(checker, answer, message):
+    with pytest.raises(ExerciseError, match=message):
+        checker(answer)
 
 
-def test_softmax_grad_checker(capsys):
-    exercises.check_softmax_grad(lambda y, g: y * (g - (y * g).sum(dim=-1, keepdim=True)))
-    assert capsys.readouterr().out.startswith("Exercise 2.3 passed")
-    from course_lib.core.references import softmax_backward  # an alias is refused too
-
-    with pytest.raises(ExerciseError, match="answers it outright may not be called"):
-        exercises.check_softmax_grad(softmax_backward)
-    assert softmax_backward(torch.ones(2), torch.ones(2)).tolist() == [-1.0, -1.0]  # and works again after
-    with pytest.raises(ExerciseError, match="y of shape"):  # the sum of grad_y alone, not of y * grad_y
-        exercises.check_softmax_grad(lambda y, g: y * (g - g.sum(dim=-1, keepdim=True)))
-    with pytest.raises(ExerciseError, match="raised RuntimeError"):  # forgot keepdim: shapes do not broadcast
-        exercises.check_softmax_grad(lambda y, g: y * (g - (y * g).sum(dim=-1)))
-
-
-def _right_online_stats(x, tile):
-    running_max = torch.full(x.shape[:-1], float("-inf"), dtype=x.dtype)
-    running_sum = torch.zeros(x.shape[:-1], dtype=x.dtype)
-    for start in range(0, x.shape[-1], tile):
-        block = x[..., start:start + tile]
-        new_max = torch.maximum(running_max, block.amax(dim=-1))
-        shift = torch.where(new_max == float("-inf"), 0.0, new_max)
-        running_sum = running_sum * torch.exp(running_max - shift) + torch.exp(block - shift[..., None]).sum(dim=-1)
-        running_max = new_max
-    return running_max, running_sum
+@pytest.mark.parametrize("mistake, message", [
+    ({"(cols < n_cols)[None, :]": "(cols <= n_cols)[None, :]"}, "out of bounds"),  # reads one past each row
+    ({"tl.exp(x - tl.max(x, axis=1)[:, None])": "tl.exp(x)"}, "exp overflows"),  # no max subtracted: inf / inf
+    ({'other=float("-inf")': "other=0.0"}, "count in the sum as exp"),  # padding counted as exp(0)
+    ({"tl.max(x, axis=1)[:, None]": "tl.max(x, axis=0)[None, :]",
+      "tl.sum(numerator, axis=1)[:, None]": "tl.sum(numerator, axis=0)[None, :]"}, "reduce along axis=1"),
+    ({"rows[:, None] * stride_x_row": "rows[:, None] * n_cols"}, "stride_x_row"),  # rows read as if contiguous
+])
+def test_softmax_rows_names_the_mistake(mistake, message):
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_softmax_rows(_kernel("2.1", "softmax_rows_kernel", mistake))
 
 
-def test_online_softmax_stats_checker(capsys):
-    exercises.check_online_softmax_stats(_right_online_stats)
-    assert capsys.readouterr().out.startswith("Exercise 2.4 passed")
+VISIBLE = "visible = (keys[None, :] <= queries[:, None]) & query_exists"
 
-    def no_rescale(x, tile):
-        running_max, running_sum = _right_online_stats(x[..., :tile], tile)
-        for start in range(tile, x.shape[-1], tile):
-            block = x[..., start:start + tile]
-            running_max = torch.maximum(running_max, block.amax(dim=-1))
-            running_sum = running_sum + torch.exp(block - running_max[..., None]).sum(dim=-1)
-        return running_max, running_sum
 
-    with pytest.raises(ExerciseError, match="rescaled"):
-        exercises.check_online_softmax_stats(no_rescale)
+@pytest.mark.parametrize("mistake, message", [
+    ({"keys[None, :] <= queries[:, None]": "keys[None, :] < queries[:, None]"}, "the diagonal is hidden"),
+    ({"keys[None, :] <= queries[:, None]": "keys[None, :] >= queries[:, None]"}, "the wrong triangle"),
+    ({'other=float("-inf")': "other=0.0"}, "the hidden keys count in the sum"),
+    ({", other=float(\"-inf\")": ""}, "the hidden keys count in the sum"),  # masked lanes are 0 here too
+    ({VISIBLE: VISIBLE + " & (keys < n - 1)[None, :]"}, "only the last query of each matrix"),
+    ({"mask=query_exists & (keys < n)[None, :])": "mask=visible)"}, "never written above the diagonal"),
+    ({VISIBLE: "visible = keys[None, :] <= queries[:, None]"}, "out of bounds"),  # queries past n read
+    ({"keys[None, :] * stride_x_col": "keys[None, :]"}, "stride_x_col"),  # transposed scores read as row-major
+])
+def test_causal_softmax_names_the_mistake(mistake, message):
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_causal_softmax(_kernel("2.2", "causal_softmax_kernel", mistake))
 
-    def no_guard(x, tile):
-        running_max = torch.full(x.shape[:-1], float("-inf"), dtype=x.dtype)
-        running_sum = torch.zeros(x.shape[:-1], dtype=x.dtype)
-        for start in range(0, x.shape[-1], tile):
-            block = x[..., start:start + tile]
-            new_max = torch.maximum(running_max, block.amax(dim=-1))
-            running_sum = running_sum * torch.exp(running_max - new_max) + torch.exp(block - new_max[..., None]).sum(-1)
-            running_max = new_max
-        return running_max, running_sum
 
-    with pytest.raises(ExerciseError, match="all -inf"):
-        exercises.check_online_softmax_stats(no_guard)
-    with pytest.raises(ExerciseError, match="return a tuple"):
-        exercises.check_online_softmax_stats(lambda x, tile: x.amax(dim=-1))
+@pytest.mark.parametrize("mistake, message", [
+    ({"row_sum * tl.exp(row_max - grown_max)": "row_sum"}, "not rescaled"),
+    ({"grown_max = tl.maximum(row_max, tl.max(tile, axis=0))": "grown_max = tl.max(tile, axis=0)"},
+     "the maximum is the last tile's only"),
+    ({'other=float("-inf")': "other=0.0"}, "past the end of the row count in the sum"),
+    ({"row_sum = row_sum * tl.exp(row_max - grown_max) + tl.sum": "row_sum = tl.sum"},
+     "the sum is the last tile's only"),
+    ({"tile = tl.load(x_row + cols, mask=cols < n_cols)\n": "tile = tl.load(x_row + cols)\n"}, "out of bounds"),
+])
+def test_online_softmax_names_the_mistake(mistake, message):
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_online_softmax(_kernel("2.3", "online_softmax_kernel", mistake))

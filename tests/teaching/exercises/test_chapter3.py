@@ -40,13 +40,13 @@ VAR = "var = tl.sum(centred * centred, axis=1) / n_cols"
 
 
 @pytest.mark.parametrize("mistake, message", [
-    ({VAR: "var = tl.sum(centred * centred, axis=1) / (n_cols - 1)"}, "n_cols - 1 \\(the unbiased estimate\\)"),
+    ({VAR: "var = tl.sum(centred * centred, axis=1) / (n_cols - 1)"}, "n_cols - 1 \\(the unbiased estimate"),
     ({VAR: "var = tl.sum(x * x, axis=1) / n_cols - mean * mean"}, "cancels catastrophically"),
     ({CENTRED: "centred = x - mean[:, None]"}, "padding lanes count in the variance"),
     ({"mean = tl.sum(x, axis=1) / n_cols": "mean = tl.sum(x, axis=1) / BLOCK_COLS"}, "divides by BLOCK_COLS"),
     ({"rstd = 1.0 / tl.sqrt(var + eps)": "rstd = 1.0 / (tl.sqrt(var) + eps)"}, "inside the square root"),
-    ({"rows[:, None] * stride_x_row": "rows[:, None] * n_cols"}, "use stride_x_row"),  # rows read as contiguous
-    ({"rows[:, None] * stride_y_row": "rows[:, None] * n_cols"}, "use stride_y_row"),
+    ({"rows[:, None] * stride_x_row": "rows[:, None] * n_cols"}, "right stride"),  # rows read as contiguous
+    ({"rows[:, None] * stride_y_row": "rows[:, None] * n_cols"}, "right stride"),
     ({"tl.store(mean_ptr + rows, mean, mask=row_mask)": "tl.store(mean_ptr + rows, mean)"}, "out of bounds"),
     ({"tl.store(rstd_ptr + rows, rstd, mask=row_mask)": ""}, "elements are NaN"),  # rstd never written
 ])
@@ -111,8 +111,8 @@ STORE_ROW = "partial_ptr + program * stride_partial_row"
     ({"(rows < last_row)[:, None]": "(rows >= 0)[:, None]"}, "out of bounds"),  # no row mask on the last tile
     ({STORE_ROW: "partial_ptr + 0 * stride_partial_row"}, "stores its sum as row p"),  # every program on row 0
     ({STORE_ROW: "partial_ptr + first_row * stride_partial_row"}, "out of bounds"),  # its first row's index
-    ({STORE_ROW: "partial_ptr + program * n_cols"}, "use stride_partial_row"),
-    ({"rows[:, None] * stride_x_row": "rows[:, None] * n_cols"}, "use stride_x_row"),
+    ({STORE_ROW: "partial_ptr + program * n_cols"}, "right stride"),
+    ({"rows[:, None] * stride_x_row": "rows[:, None] * n_cols"}, "right stride"),
 ])
 def test_column_partial_sums_names_the_mistake(mistake, message):
     with pytest.raises(ExerciseError, match=message):
@@ -151,10 +151,11 @@ DGAMMA_ROW, DBETA_ROW = "partial_dgamma_ptr + partial_row", "partial_dbeta_ptr +
     ({"mean_g = tl.sum(g, axis=1) / n_cols": "mean_g = tl.sum(g, axis=1) / BLOCK_COLS",
       "mean_g_xhat = tl.sum(g * xhat, axis=1) / n_cols": "mean_g_xhat = tl.sum(g * xhat, axis=1) / BLOCK_COLS"},
      "padding lanes count in them"),
-    ({"tl.sum(acc_dgamma, axis=0)": "tl.sum(acc_dgamma, axis=1)"}, "axis=0"),  # partials summed along the rows
+    # the partial row summed along the tile's rows, one number a row
+    ({"tl.sum(acc_dgamma, axis=0)": "tl.sum(acc_dgamma, axis=1)"}, "sums down the tile's rows"),
     ({"row_mask = rows < last_row": "row_mask = rows < n_rows"}, "counted twice"),
     ({"acc_dgamma += dy * xhat": "acc_dgamma += g * xhat"}, "without gamma"),
-    ({"rows[:, None] * stride_grad_y_row": "rows[:, None] * stride_x_row"}, "use their strides"),
+    ({"rows[:, None] * stride_grad_y_row": "rows[:, None] * stride_x_row"}, "right stride"),
     ({"rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)": "rstd = tl.load(rstd_ptr + rows)"},
      "out of bounds"),
 ])

@@ -3,30 +3,9 @@
 import pytest
 import torch
 
-import course_lib
 from course_lib.teaching import exercises
-from course_lib.core import references
 from course_lib.teaching.checking import ExerciseError
-
-
-def _right_coor_descent_step(s, a, logk, eps):
-    return eps * logk - eps * torch.logsumexp(torch.minimum(s, -a[..., None]) / eps, dim=-1)
-
-
-def test_coor_descent_step_checker(capsys):
-    exercises.check_coor_descent_step(_right_coor_descent_step)
-    assert capsys.readouterr().out.startswith("Exercise 4.1 passed")
-    with pytest.raises(ExerciseError, match="not a_t"):  # min(s, a): the sign of a lost
-        exercises.check_coor_descent_step(
-            lambda s, a, logk, eps: eps * logk - eps * torch.logsumexp(torch.minimum(s, a[..., None]) / eps, dim=-1))
-    with pytest.raises(ExerciseError, match="multiplied by eps too"):
-        exercises.check_coor_descent_step(
-            lambda s, a, logk, eps: eps * logk - torch.logsumexp(torch.minimum(s, -a[..., None]) / eps, dim=-1))
-    with pytest.raises(ExerciseError, match="torch.logsumexp"):  # log(sum(exp)) overflows on large scores
-        exercises.check_coor_descent_step(
-            lambda s, a, logk, eps: eps * logk - eps * torch.exp(torch.minimum(s, -a[..., None]) / eps).sum(-1).log())
-    with pytest.raises(ExerciseError, match="got None"):
-        exercises.check_coor_descent_step(lambda s, a, logk, eps: None)
+from solutions import solution
 
 
 def _right_routing_weights(a, s, eps, mask=None):
@@ -36,7 +15,7 @@ def _right_routing_weights(a, s, eps, mask=None):
 
 def test_routing_weights_checker(capsys):
     exercises.check_routing_weights(_right_routing_weights)
-    assert capsys.readouterr().out.startswith("Exercise 4.2 passed")
+    assert capsys.readouterr().out.startswith("Exercise 4.1 passed")
     with pytest.raises(ExerciseError, match="never exceeds 1"):  # no minimum with 0
         exercises.check_routing_weights(lambda a, s, eps, mask=None: torch.exp((s + a[..., None]) / eps))
     with pytest.raises(ExerciseError, match="exactly 0 where mask is False"):  # the mask ignored
@@ -48,45 +27,92 @@ def test_routing_weights_checker(capsys):
         exercises.check_routing_weights(lambda a, s, eps, mask=None: torch.exp(torch.clamp(s + a, max=0.0) / eps))
 
 
-def _right_lse_of_min(s, a, eps):
-    return torch.logsumexp(torch.minimum(s, -a[:, None]) / eps, dim=-1)
+def test_routing_weights_solution_passes(capsys):
+    exercises.check_routing_weights(solution("04_coordinate_descent", "4.1").routing_weights)
+    assert capsys.readouterr().out.startswith("Exercise 4.1 passed")
+
+
+# ------------------------------------------------------ Exercise 4.2: row_logsumexp_of_min_kernel
+
+
+def _row_logsumexp_of_min(mistakes=None):
+    return solution("04_coordinate_descent", "4.2", mistakes).row_logsumexp_of_min_kernel
 
 
 def test_row_logsumexp_of_min_checker(capsys):
-    exercises.check_row_logsumexp_of_min(_right_lse_of_min)
-    assert capsys.readouterr().out.startswith("Exercise 4.3 passed")
-
-    def padded_with_zeros(s, a, eps):  # lanes past the end loaded as 0, as with other=0.0
-        width = 1 << (s.shape[1] - 1).bit_length()
-        return _right_lse_of_min(torch.cat([s, s.new_zeros(s.shape[0], width - s.shape[1])], dim=1), a, eps)
-
-    with pytest.raises(ExerciseError, match="past the end of the row"):
-        exercises.check_row_logsumexp_of_min(padded_with_zeros)
-    with pytest.raises(ExerciseError, match="row max is subtracted"):
-        exercises.check_row_logsumexp_of_min(
-            lambda s, a, eps: torch.exp(torch.minimum(s, -a[:, None]) / eps).sum(-1).log())
-    with pytest.raises(ExerciseError, match="stride_s_row"):  # rows read as if contiguous
-        exercises.check_row_logsumexp_of_min(
-            lambda s, a, eps: _right_lse_of_min(torch.as_strided(s, s.shape, (s.shape[1], 1)), a, eps))
-    with pytest.raises(ExerciseError, match="not a_i"):
-        exercises.check_row_logsumexp_of_min(
-            lambda s, a, eps: torch.logsumexp(torch.minimum(s, a[:, None]) / eps, dim=-1))
+    exercises.check_row_logsumexp_of_min(_row_logsumexp_of_min())
+    out = capsys.readouterr().out
+    assert out.startswith("Exercise 4.2 passed") and "speed" in out
 
 
-def _right_da_next_da(s, a, eps):
-    p = torch.softmax(torch.minimum(s, -a[..., None]) / eps, dim=-1)
-    return (p * (s > -a[..., None])).sum(dim=-1)
+@pytest.mark.parametrize("answer, message", [
+    (lambda s, a, eps: torch.logsumexp(torch.minimum(s, -a[:, None]) / eps, dim=-1), "pass the kernel itself"),
+    (None, "got None"),
+])
+def test_row_logsumexp_of_min_refuses_what_is_not_a_kernel(answer, message):
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_row_logsumexp_of_min(answer)
 
 
-def test_da_next_da_checker(capsys):
-    exercises.check_da_next_da(_right_da_next_da)
-    assert capsys.readouterr().out.startswith("Exercise 4.4 passed")
-    with pytest.raises(ExerciseError, match="not where it takes s_j"):  # the complement
-        exercises.check_da_next_da(lambda s, a, eps: 1 - _right_da_next_da(s, a, eps))
-    with pytest.raises(ExerciseError, match="no factor eps"):
-        exercises.check_da_next_da(lambda s, a, eps: eps * _right_da_next_da(s, a, eps))
-    with pytest.raises(ExerciseError, match="not of s / eps"):
-        exercises.check_da_next_da(
-            lambda s, a, eps: (torch.softmax(s / eps, dim=-1) * (s > -a[..., None])).sum(dim=-1))
-    with pytest.raises(ExerciseError, match="only positions where the minimum takes -a_t count"):
-        exercises.check_da_next_da(lambda s, a, eps: torch.ones(s.shape[:-1], dtype=s.dtype))
+@pytest.mark.parametrize("mistake, message", [
+    ({'other=float("-inf")': "other=0.0"}, "past the end of the row"),  # padding lanes counted
+    ({"tl.exp(z - z_max)": "tl.exp(z)", "z_max + tl.log(total)": "tl.log(total)"}, "exp overflowed"),
+    ({"mask=cols < n_cols": "mask=cols <= n_cols"}, "out of bounds"),  # one lane past each row
+    ({"row * stride_s_row": "row * n_cols"}, "right stride"),  # a sliced s read as contiguous: between its rows
+    ({"cols * stride_s_col": "cols"}, "stride_s_col"),  # a transposed s read as row-major
+    ({"tl.minimum(s, -a)": "tl.minimum(s, a)"}, "not a_i"),
+    ({"tl.minimum(s, -a) / eps": "tl.minimum(s, -a)"}, "divide min"),
+])
+def test_row_logsumexp_of_min_names_the_mistake(mistake, message):
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_row_logsumexp_of_min(_row_logsumexp_of_min(mistake))
+
+
+# --------------------------------------------------------- Exercise 4.3: coor_descent_row_kernel
+
+
+def _coor_descent_row(mistakes=None):
+    return solution("04_coordinate_descent", "4.3", mistakes).coor_descent_row_kernel
+
+
+def test_coor_descent_row_checker(capsys):
+    exercises.check_coor_descent_row(_coor_descent_row())
+    out = capsys.readouterr().out
+    assert out.startswith("Exercise 4.3 passed") and "speed" in out
+
+
+@pytest.mark.parametrize("answer, message", [
+    (lambda s, k, n_iters, eps=0.1, eps_init=None, eps_decay=1.0: s, "pass the kernel itself"),
+    (None, "got None"),
+])
+def test_coor_descent_row_refuses_what_is_not_a_kernel(answer, message):
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_coor_descent_row(answer)
+
+
+@pytest.mark.parametrize("mistake, message", [
+    # a reset each iteration: every step starts from a_1
+    ({"s_max = tl.max(s, axis=0)": "s_max = tl.max(s, axis=0)\n    a_first = a",
+      "tl.minimum(s_max, -a)": "tl.minimum(s_max, -a_first)",
+      "tl.minimum(s, -a) - z_max": "tl.minimum(s, -a_first) - z_max"}, "the state is not carried"),
+    ({"tl.minimum(s, -a) - z_max": "tl.maximum(s, -a) - z_max"}, r"max\(s_j, -a_t\) where"),  # max for min
+    ({"tl.minimum(s_max, -a)": "tl.minimum(s_max, a)", "tl.minimum(s, -a) - z_max": "tl.minimum(s, a) - z_max"},
+     "not a_t"),  # clipped at the wrong bound
+    ({"tl.minimum(s, -a) - z_max": "tl.minimum(s + a, 0.0) - z_max"}, r"not min\(s_j \+ a_t, 0\)"),
+    ({'mask=in_row, other=float("-inf")': "mask=in_row, other=0.0"}, "past the end of the row count"),
+    ({"tl.sum(in_row.to(tl.float32), axis=0)": "tl.sum(tl.full((BLOCK,), 1.0, tl.float32), axis=0)"},
+     "not BLOCK"),  # padding lanes counted in n
+    ({"(tl.minimum(s, -a) - z_max) / eps": "tl.minimum(s, -a) / eps",
+      "a = eps * logk - (z_max + eps * tl.log(total))": "a = eps * logk - eps * tl.log(total)"}, "exp overflowed"),
+    ({"range(1, n_iters)": "range(2, n_iters)"}, "one iteration fewer"),
+    ({"range(1, n_iters)": "range(0, n_iters)"}, "one iteration more"),
+    ({"    eps = tl.maximum(eps * eps_decay, eps_min)  # y divides": "    # y divides"}, "decay once more"),
+    ({"a = eps * (logk - tl.log(tl.sum(in_row.to(tl.float32), axis=0)))": "a = 0.0 * eps",
+      "range(1, n_iters)": "range(0, n_iters)"}, "starts from b = -s"),  # iteration 0 run from a = 0
+    ({"in_row = cols < n_cols": "in_row = cols <= n_cols"}, "out of bounds"),  # one lane past each row
+    ({"row * stride_s_row": "row * n_cols"}, "right stride"),  # a sliced s read as contiguous: between its rows
+    ({"cols * stride_s_col": "cols"}, "stride_s_col"),  # a transposed s read as row-major
+])
+def test_coor_descent_row_names_the_mistake(mistake, message):
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_coor_descent_row(_coor_descent_row(mistake))

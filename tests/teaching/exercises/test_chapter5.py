@@ -1,73 +1,122 @@
 """The checkers of chapter 5 (course_lib/teaching/exercises/chapter5.py) pass a right answer and name each typical mistake."""
 
+import itertools
+
 import pytest
 import torch
 
 import course_lib
+from course_lib.core.runtime import ON_GPU
 from course_lib.teaching import exercises
-from course_lib.core import references
 from course_lib.teaching.checking import ExerciseError
+from solutions import solution, solution_source
 
-
-_op_names = iter(range(10**6))
-
-
-def scale_columns_test_op(body, fake=lambda x, w: x.new_empty(x.shape)):
-    """A custom operator of a name not used before, with ``body`` and (unless None) ``fake``."""
-    @torch.library.custom_op(f"course_lib_tests::scale_columns_{next(_op_names)}", mutates_args=())
-    def op(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        return body(x, w)
-
-    if fake is not None:
-        op.register_fake(fake)
-    return op
-
-
-def test_scale_columns_op_checker(capsys):
-    exercises.check_scale_columns_op(scale_columns_test_op(lambda x, w: x * w))
-    assert capsys.readouterr().out.startswith("Exercise 5.1 passed")
-    with pytest.raises(ExerciseError, match="custom_op made"):
-        exercises.check_scale_columns_op(lambda x, w: x * w)
-    with pytest.raises(ExerciseError, match="register a fake"):
-        exercises.check_scale_columns_op(scale_columns_test_op(lambda x, w: x * w, fake=None))
-    with pytest.raises(ExerciseError, match="shape \\(6, 7\\)"):
-        exercises.check_scale_columns_op(scale_columns_test_op(lambda x, w: x * w, fake=lambda x, w: x.new_empty(7)))
-    with pytest.raises(ExerciseError, match="x of shape"):
-        exercises.check_scale_columns_op(scale_columns_test_op(lambda x, w: x * w.flip(0)))
-    with pytest.raises(ExerciseError, match="may not alias"):  # returns its input, changed in place
-        exercises.check_scale_columns_op(scale_columns_test_op(lambda x, w: x.mul_(w)))
-    with pytest.raises(ExerciseError, match="strides \\(7, 1\\), the real one's \\(1, 6\\)"):  # fake row-major
-        exercises.check_scale_columns_op(scale_columns_test_op(lambda x, w: (x * w).t().contiguous().t()))
-
-
-def test_scale_columns_autograd_checker(capsys):
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(*inputs)
-
-    def backward(ctx, grad_out):
-        x, w = ctx.saved_tensors
-        return grad_out * w, (grad_out * x).sum(0)
-
-    def backward_forgets_the_sum(ctx, grad_out):
-        x, w = ctx.saved_tensors
-        return grad_out * w, (grad_out * x)[0]
-
-    op = scale_columns_test_op(lambda x, w: x * w)
-    op.register_autograd(backward, setup_context=setup_context)
-    exercises.check_scale_columns_autograd(op)
-    assert capsys.readouterr().out.startswith("Exercise 5.2 passed")
-    with pytest.raises(ExerciseError, match="register_autograd"):
-        exercises.check_scale_columns_autograd(scale_columns_test_op(lambda x, w: x * w))
-    wrong = scale_columns_test_op(lambda x, w: x * w)
-    wrong.register_autograd(backward_forgets_the_sum, setup_context=setup_context)
-    with pytest.raises(ExerciseError, match="grad of w"):
-        exercises.check_scale_columns_autograd(wrong)
+NOTEBOOK = "05_kernel_to_layer"
 
 
 def test_without_graph_breaks_checker(capsys):
-    exercises.check_without_graph_breaks(lambda x: torch.softmax(x / x.abs().max().clamp(min=1.0), dim=-1))
-    assert capsys.readouterr().out.startswith("Exercise 5.3 passed")
+    exercises.check_without_graph_breaks(solution(NOTEBOOK, "5.1").peak_scaled_softmax)
+    assert capsys.readouterr().out.startswith("Exercise 5.1 passed")
     with pytest.raises(ExerciseError, match="breaks the graph 1 time.*item"):
         exercises.check_without_graph_breaks(lambda x: torch.softmax(x / max(x.abs().max().item(), 1.0), dim=-1))
     with pytest.raises(ExerciseError, match="every \\|x\\| < 1"):  # divides by max |x| even below 1
         exercises.check_without_graph_breaks(lambda x: torch.softmax(x / x.abs().max(), dim=-1))
+
+
+# ------------------------------------------------------------------ 5.2
+def _backward_kernel(mistakes=None):
+    return solution(NOTEBOOK, "5.2", mistakes).scale_columns_backward_kernel
+
+
+def test_scale_columns_backward_checker(capsys):
+    exercises.check_scale_columns_backward(_backward_kernel())
+    out = capsys.readouterr().out
+    assert out.startswith("Exercise 5.2 passed") and "speed" in out
+
+
+@pytest.mark.parametrize("answer, message", [
+    (lambda x, w, grad_y: (grad_y * w, (grad_y * x).sum(0)), "pass the kernel itself"),
+    (None, "got None"),
+])
+def test_scale_columns_backward_refuses_what_is_not_a_kernel(answer, message):
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_scale_columns_backward(answer)
+
+
+@pytest.mark.parametrize("mistake, message", [
+    ({"tl.sum(grad_y * x, axis=0)": "tl.sum(grad_y * x, axis=1)"}, "along each row \\(axis=1\\)"),
+    ({"grad_y * w[None, :]": "grad_y * x"}, "grad_x is grad_y \\* x"),
+    # the last program's tiles unmasked past n_rows
+    ({"mask = (rows < n_rows)[:, None] & col_mask[None, :]": "mask = col_mask[None, :]"},
+     "(?s)out of bounds.*hint: the last row group ends past n_rows"),
+    ({"tl.store(partial_ptr + group * stride_partial_row + cols, partial, mask=col_mask)":
+      "tl.store(partial_ptr + group * stride_partial_row + cols, partial)"}, "out of bounds"),
+    ({"rows[:, None] * stride_x_row + cols[None, :] * stride_x_col": "rows[:, None] * n_cols + cols[None, :]"},
+     "x was read as if contiguous"),
+    ({"rows[:, None] * stride_grad_y_row + cols[None, :] * stride_grad_y_col": "rows[:, None] * n_cols + cols[None, :]"},
+     "grad_y was read as if contiguous"),
+    ({"cols * stride_w": "cols"}, "out of bounds.*w_ptr"),  # w read as contiguous
+])
+def test_scale_columns_backward_names_the_mistake(mistake, message):
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_scale_columns_backward(_backward_kernel(mistake))
+
+
+# ------------------------------------------------------------------ 5.3
+_namespaces = itertools.count()
+
+
+def _layer(mistakes=None):
+    """Exercise 5.3's solution cell, after 5.2's, with its operators in a namespace of their own
+    (each wrong answer registers operators too)."""
+    renamed = {'"chapter5::': f'"chapter5_test_{next(_namespaces)}::'} | (mistakes or {})
+    module = solution(NOTEBOOK, "5.3", renamed, prelude="from course_lib.core import runtime\n"
+                      + solution_source(NOTEBOOK, "5.2"))
+    return module.scale_columns_forward_kernel, module.scale_columns_backward_kernel, module.scale_columns_op
+
+
+def test_scale_columns_op_checker(capsys):
+    exercises.check_scale_columns_op(*_layer())
+    assert capsys.readouterr().out.startswith("Exercise 5.3 passed")
+
+
+def test_scale_columns_op_refuses_what_is_not_a_kernel_or_an_operator():
+    forward_kernel, backward_kernel, op = _layer()
+    with pytest.raises(ExerciseError, match="pass the kernel itself"):
+        exercises.check_scale_columns_op(lambda x, w: x * w, backward_kernel, op)
+    with pytest.raises(ExerciseError, match="got None"):
+        exercises.check_scale_columns_op(forward_kernel, None, op)
+    with pytest.raises(ExerciseError, match="pass the operator"):
+        exercises.check_scale_columns_op(forward_kernel, backward_kernel, lambda x, w: x * w)
+
+
+@pytest.mark.parametrize("mistake, message", [
+    # the backward in PyTorch: right values, but not through the kernel
+    ({"return scale_columns_backward_op(x, w, grad_y)": "return grad_y * w, (grad_y * x).sum(0)"},
+     "did not launch scale_columns_backward_kernel"),
+    # the forward in PyTorch, the kernel never launched (under the interpreter its source says so first)
+    ({"torch.library.wrap_triton(scale_columns_forward_kernel)[grid](": "(lambda *args, **kwargs: None)(",
+      "    return out\n": "    return x * w\n"}, "wrap_triton\\(scale_columns_forward_kernel\\)"),
+    # the same with wrap_triton written, as the launch counter alone finds it
+    ({"torch.library.wrap_triton(scale_columns_forward_kernel)[grid](":
+      "torch.library.wrap_triton(scale_columns_backward_kernel) and (lambda *args, **kwargs: None)(",
+      "    return out\n": "    return x * w\n"}, "did not launch scale_columns_forward_kernel"),
+    ({"scale_columns_op.register_autograd(backward, setup_context=setup_context)": ""}, "register_autograd"),
+    # one row group's partial sums taken for grad_w
+    ({"partial.sum(dim=0).to(w.dtype)": "partial[0]"}, "grad of w for x of shape \\(517, 9\\)"),
+    ({"return scale_columns_backward_op(x, w, grad_y)": "return scale_columns_backward_op(x, w, grad_y)[0]"},
+     "raised|grad of w"),
+    # a fake whose layout is not the real output's: what opcheck is for
+    ({"scale_columns_op.register_fake(lambda x, w: x.new_empty(x.shape))":
+      "scale_columns_op.register_fake(lambda x, w: x.new_empty(x.shape[::-1]).t())"}, "opcheck failed.*Stride"),
+])
+def test_scale_columns_op_names_the_mistake(mistake, message):
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_scale_columns_op(*_layer(mistake))
+
+
+@pytest.mark.skipif(ON_GPU, reason="a bare kernel[grid] is refused where it would still work: under the interpreter")
+def test_scale_columns_op_asks_for_wrap_triton():
+    with pytest.raises(ExerciseError, match="wrap_triton"):
+        exercises.check_scale_columns_op(*_layer({
+            "torch.library.wrap_triton(scale_columns_forward_kernel)": "scale_columns_forward_kernel"}))
