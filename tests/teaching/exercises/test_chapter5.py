@@ -106,6 +106,11 @@ def test_scale_columns_op_refuses_what_is_not_a_kernel_or_an_operator():
     ({"partial.sum(dim=0).to(w.dtype)": "partial[0]"}, "grad of w for x of shape \\(517, 9\\)"),
     ({"return scale_columns_backward_op(x, w, grad_y)": "return scale_columns_backward_op(x, w, grad_y)[0]"},
      "raised|grad of w"),
+    # outputs allocated in x's layout (transposed) that the kernels write as row-major
+    ({"out = torch.empty(x.shape, device=x.device, dtype=x.dtype)": "out = torch.empty_like(x)"},
+     "(?s)output for x transposed.*hint: the output has the layout of x"),
+    ({"grad_x = torch.empty(x.shape, device=x.device, dtype=x.dtype)": "grad_x = torch.empty_like(x)"},
+     "(?s)grad of x for x transposed.*hint: x is not row-major"),
     # a fake whose layout is not the real output's: what opcheck is for
     ({"scale_columns_op.register_fake(lambda x, w: x.new_empty(x.shape))":
       "scale_columns_op.register_fake(lambda x, w: x.new_empty(x.shape[::-1]).t())"}, "opcheck failed.*Stride"),
