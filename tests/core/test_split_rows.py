@@ -121,6 +121,8 @@ print("finished, right values")
 
 
 @gpu_only
-def test_waiting_programs_finish_on_a_shared_gpu():
-    result = subprocess.run([sys.executable, "-c", SHARED_GPU_SCRIPT], capture_output=True, text=True, timeout=600)
+def test_waiting_programs_finish_on_a_shared_gpu(tmp_path):
+    script = tmp_path / "shared_gpu.py"  # a file: @triton.jit reads its kernel's source
+    script.write_text(SHARED_GPU_SCRIPT)
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0 and "finished, right values" in result.stdout, result.stderr[-3000:]

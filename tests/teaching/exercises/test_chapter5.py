@@ -125,3 +125,17 @@ def test_scale_columns_op_asks_for_wrap_triton():
     with pytest.raises(ExerciseError, match="wrap_triton"):
         exercises.check_scale_columns_op(*_layer({
             "torch.library.wrap_triton(scale_columns_forward_kernel)": "scale_columns_forward_kernel"}))
+
+
+@pytest.mark.skipif(ON_GPU, reason="on a GPU a triton_op is what the exercise asks for")
+def test_scale_columns_op_refuses_a_triton_op_under_the_interpreter():
+    with pytest.raises(ExerciseError, match="under the interpreter a triton_op cannot be traced"):
+        exercises.check_scale_columns_op(*_layer({
+            "torch.library.triton_op if runtime.ON_GPU else torch.library.custom_op": "torch.library.triton_op"}))
+
+
+@pytest.mark.skipif(not ON_GPU, reason="under the interpreter a custom_op is what the exercise asks for")
+def test_scale_columns_op_asks_for_a_triton_op_on_a_gpu():
+    with pytest.raises(ExerciseError, match="make the operator a torch.library.triton_op"):
+        exercises.check_scale_columns_op(*_layer({
+            "torch.library.triton_op if runtime.ON_GPU else torch.library.custom_op": "torch.library.custom_op"}))
