@@ -8,6 +8,7 @@ answers.
 
 import contextlib
 import sys
+from pathlib import Path
 
 import torch
 
@@ -136,12 +137,37 @@ def run_student_code(name, fn, *args, **kwargs):
             if guard.violation is None:
                 message = str(error).strip().splitlines()
                 detail = message[-1] if message else ""
-                raise ExerciseError(f"{name}: your code raised {type(error).__name__}: {detail}") from error
+                raise ExerciseError(f"{name}: your code raised {type(error).__name__}: {detail}"
+                                    + _where_in_student_code(error)) from error
         if guard.violation is not None:  # raised, or caught and ignored by the student's code
             accesses.draw_accesses(guard.launches[-1])
             raise ExerciseError(f"{name}: {guard.violation}\n  (the picture above shows what each program read "
                                 "and wrote up to that access, out-of-bounds elements as red crosses)") from None
         return result
+
+
+_LIBRARY_PATHS = tuple(str(Path(module.__file__).resolve().parent) for module in (torch, contextlib))
+
+
+def _where_in_student_code(error):
+    """"\n  at line N of <function>: <code>" for the last frame of the student's own code in
+    the error's traceback (its cause's too: the interpreter wraps a kernel's errors), or ""."""
+    import linecache
+    import traceback
+
+    import triton
+
+    libraries = (*_LIBRARY_PATHS, str(Path(triton.__file__).resolve().parent), str(Path(__file__).resolve().parents[1]))
+    found = None
+    while error is not None:
+        for frame in traceback.extract_tb(error.__traceback__):
+            if not str(Path(frame.filename).resolve()).startswith(libraries):
+                found = frame
+        error = error.__cause__ or error.__context__
+    if found is None:
+        return ""
+    code = (found.line or linecache.getline(found.filename, found.lineno)).strip()
+    return f"\n  at line {found.lineno} of {found.name}: {code}" if code else ""
 
 
 def _refuse_to_answer(*args, **kwargs):

@@ -28,3 +28,9 @@ def endless_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
         count = count + 1
     offsets = tl.arange(0, BLOCK)
     tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=offsets < n), mask=offsets < n)
+
+
+@triton.jit
+def misspelt_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offsets, tl.load(x_ptr + ofsets, mask=offsets < n), mask=offsets < n)  # noqa: F821

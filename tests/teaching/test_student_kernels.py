@@ -73,3 +73,10 @@ def test_speed_feedback_says_why_there_is_none_without_a_gpu(capsys):
     else:
         assert student_kernels.report_speed("Exercise 9.9 (double)", None, 0) is None
         assert "measured on a GPU only" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kernel", [kernels.misspelt_kernel, as_compiled(kernels.misspelt_kernel)],
+                         ids=["as decorated here", "as a GPU's JITFunction"])
+def test_an_error_inside_a_kernel_names_its_line(kernel):
+    with pytest.raises(ExerciseError, match=r"NameError.*ofsets.*\n  at line \d+ of misspelt_kernel: tl.store"):
+        list(student_kernels.kernel_runs("Exercise 9.9 (double)", launch_double, kernel, torch.randn(8, device=DEVICE)))

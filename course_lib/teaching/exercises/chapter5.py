@@ -118,16 +118,13 @@ def _backward_hint(got, x, w, grad_y, *, block_rows, block_cols, rows_per_progra
                                             rtol=1e-5, atol=1e-5):
         return ("the partial sums run along each row (axis=1), across the columns: grad_w[j] sums grad_y * x "
                 "over the rows i, down each column, so reduce the tile with axis=0")
-    for what, stride_names in (("x", "stride_x_row and stride_x_col"), ("grad_y", "stride_grad_y_row and "
-                                                                         "stride_grad_y_col")):
-        misread = _read_as_contiguous(x if what == "x" else grad_y)
-        if misread is None:
-            continue
-        misread = misread.to("cpu", torch.float64)
-        product = grad_y64 * misread if what == "x" else misread * x64
-        if matches(partial, _sums_down_groups(product, rows_per_program), rtol=1e-5, atol=1e-5):
-            return (f"{what} was read as if contiguous (row i at i * n_cols, column j at j): this {what} is not; "
-                    f"address it with {stride_names}")
+    misread = {what: _read_as_contiguous(t) for what, t in (("x", x), ("grad_y", grad_y))}
+    for what, other in (("x", grad_y64), ("grad_y", x64)):
+        if misread[what] is not None:
+            product = misread[what].to("cpu", torch.float64) * other
+            if matches(partial, _sums_down_groups(product, rows_per_program), rtol=1e-5, atol=1e-5):
+                return (f"{what} was read as if contiguous (row i at i * n_cols, column j at j): this {what} is "
+                        f"not; address it with stride_{what}_row and stride_{what}_col")
     return None
 
 
