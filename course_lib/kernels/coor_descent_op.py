@@ -530,7 +530,8 @@ def coor_descent_forward(s2d, mask2d, logk, schedule, plan=None):
         return y, a, row_max
     plan = plan or forward_plan(n_rows, n_cols)
     split = plan.tiles > 1
-    if split and plan.single_launch and not spin_waits_allowed(s2d):  # torch.compile: no cooperative launch
+    if split and plan.single_launch and ON_GPU and not spin_waits_allowed(s2d):
+        # torch.compile's launches (or a Triton without them) are not cooperative: one launch a step.
         plan = plan._replace(single_launch=False, row_programs=n_rows)
     if split and plan.single_launch and not (ON_GPU and plan.tiles * plan.row_programs <= multiprocessor_count()):
         raise ValueError(

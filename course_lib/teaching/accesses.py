@@ -392,23 +392,26 @@ def _grid_position(argument, offsets):
 
 
 def draw_accesses(launch, arguments=None, max_programs_named=10):
-    """Draw one :class:`Launch`: a panel for each tensor argument (1-D or 2-D), each element
+    """Draw one :class:`Launch`: a panel for each tensor argument (of 3 or more dimensions,
+    its rows stacked), each element
     coloured by the program that touched it, hatched where it was written, and the
     out-of-bounds elements as red crosses where they would lie past the tensor's edge."""
     import matplotlib.pyplot as plt
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
-    names = [name for name, a in launch.arguments.items() if len(a.shape) in (1, 2)
+    names = [name for name, a in launch.arguments.items() if len(a.shape) >= 1
              and (arguments is None or name in arguments)]
     if not names:
-        raise ValueError(f"{launch.kernel}'s launch has no 1-D or 2-D tensor argument to draw"
+        raise ValueError(f"{launch.kernel}'s launch has no tensor argument of 1 or more dimensions to draw"
                          + (f" among {list(arguments)}" if arguments else ""))
     programs = sorted({access.program for access in launch.accesses})
     number = {program: i for i, program in enumerate(programs)}
     colours = plt.cm.tab10.colors
-    shapes = {name: launch.arguments[name].shape if len(launch.arguments[name].shape) == 2
-              else (1, launch.arguments[name].shape[0]) for name in names}
+    # A 1-D argument is drawn as one row; one of 3 or more dimensions as its rows, the
+    # leading dimensions stacked (row r of batch b below the rows of batch b - 1).
+    shapes = {name: (int(np.prod(launch.arguments[name].shape[:-1])), launch.arguments[name].shape[-1])
+              for name in names}
     heights = [min(shapes[name][0], 24) + 4 for name in names]  # a 1-D argument gets a thin panel
     fig, axes = plt.subplots(len(names), 1, figsize=(7.5, 1 + 0.17 * sum(heights)), squeeze=False,
                              gridspec_kw={"height_ratios": heights})
@@ -448,8 +451,8 @@ def draw_accesses(launch, arguments=None, max_programs_named=10):
         if outside:
             title += f"; red x: {len(outside)} out of bounds"
         ax.set_title(title, fontsize=10)
-        ax.set_xlabel("column" if len(argument.shape) == 2 else "index")
-        ax.set_ylabel("row" if len(argument.shape) == 2 else "")
+        ax.set_xlabel("column" if len(argument.shape) >= 2 else "index")
+        ax.set_ylabel("row" if len(argument.shape) >= 2 else "")
         if len(argument.shape) == 1:
             ax.set_yticks([])
     if len(programs) <= max_programs_named:

@@ -351,6 +351,7 @@ __course_grader["run_checker"](globals(), {source!r}, {grade_id!r}, {seed!r}, {r
 """
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # course_lib itself
 FRESH_CHECKER_FILE = Path(__file__).resolve().parent / "fresh_checker.py"
+FRESH_CHECKER_IN_PACKAGE = FRESH_CHECKER_FILE.relative_to(PACKAGE_DIR)  # where a copy of the package has it
 
 
 @dataclass(frozen=True)
@@ -503,7 +504,7 @@ def _graded_notebook(notebook, released: ReleasedNotebook, seed: int | None, res
 
     def released_cell(checker):
         source = GRADED_CHECKER_SOURCE.format(
-            grade_id=checker.grade_id, runner=str(package_dir / FRESH_CHECKER_FILE.relative_to(PACKAGE_DIR)),
+            grade_id=checker.grade_id, runner=str(package_dir / FRESH_CHECKER_IN_PACKAGE),
             source=checker.source, seed=seed, results=str(results_path), package=str(package_dir))
         return nbformat_v4.new_code_cell(source, metadata={"tags": list(checker.tags)})
 
@@ -692,7 +693,7 @@ def grade_notebook(
     nbformat = _import_instructor_dependency("nbformat")
     with tempfile.TemporaryDirectory(prefix="course_lib_grading_") as scratch:
         scratch = Path(scratch)
-        package_copy = scratch / "package" / PACKAGE_DIR.name
+        package_copy = scratch / "package" / "course_lib"
         _write_snapshot(package if package is not None else _snapshot(PACKAGE_DIR), package_copy)
         work = scratch / "work"  # the kernel's folder: the return's relative writes land here
         work.mkdir()

@@ -10,7 +10,8 @@ else, so an answer written in PyTorch does not pass a kernel exercise).
    store outside the launch's tensors is named, with the picture of what each program
    touched, before it happens. The interpreter runs the kernel's Python source, so this
    works in the same process on a GPU machine too (the interpreter copies CUDA tensors to
-   the host and back). A time limit turns an endless loop into a message;
+   the host and back). A time limit turns an endless loop into a message, and masked lanes
+   loaded without ``other=`` are NaN (on a GPU they hold whatever memory held);
 2. **compiled, on a GPU** when there is one, where the kernel runs as it will in a model.
 
 A wrong mask therefore gets the same out-of-bounds verdict on an H100 as on a laptop,
@@ -122,11 +123,43 @@ def time_limit(name, seconds):
         signal.signal(signal.SIGALRM, previous_handler)
 
 
-def run_interpreted(name, launch, kernel, *args, seconds=INTERPRETER_SECONDS):
-    """``launch(kernel, *args)`` with ``kernel`` interpreted and guarded, within ``seconds``."""
+@contextlib.contextmanager
+def masked_lanes_as_nan():
+    """Interpreted float loads without ``other=`` give NaN in their masked lanes. The
+    interpreter gives 0 there, but on a GPU those lanes hold no defined value, so a kernel
+    that adds them up must fail here too, whatever the GPU happens to leave in them."""
+    import numpy as np
+    from triton.runtime import interpreter
+
+    builder = interpreter.interpreter_builder
+    own = builder.__dict__.get("create_masked_load")
+    plain_load = builder.create_masked_load
+
+    def load(ptrs, mask, other, *rest, **options):
+        element_type = ptrs.get_element_ty()
+        numpy_type = interpreter._get_np_dtype(element_type)
+        if other is None and np.issubdtype(numpy_type, np.floating):
+            other = interpreter.TensorHandle(np.full(ptrs.data.shape, np.nan, dtype=numpy_type), element_type)
+        return plain_load(ptrs, mask, other, *rest, **options)
+
+    builder.create_masked_load = load
+    try:
+        yield
+    finally:
+        if own is None:
+            del builder.create_masked_load
+        else:
+            builder.create_masked_load = own
+
+
+def run_interpreted(name, launch, kernel, *args, seconds=INTERPRETER_SECONDS, undefined_as_nan=True):
+    """``launch(kernel, *args)`` with ``kernel`` interpreted and guarded, within ``seconds``;
+    masked float lanes loaded without ``other=`` are NaN unless ``undefined_as_nan`` is False
+    (the interpreter's 0: what a hint asks when it tries whether they are the only mistake)."""
     from . import accesses
 
-    with interpreted(kernel) as interpreted_kernel, time_limit(name, seconds):
+    undefined = masked_lanes_as_nan() if undefined_as_nan else contextlib.nullcontext()
+    with interpreted(kernel) as interpreted_kernel, time_limit(name, seconds), undefined:
         with accesses.guard_accesses(recording=True, force=True):
             return run_student_code(name, launch, interpreted_kernel, *args)
 
@@ -155,12 +188,13 @@ def copy_seconds(n_bytes, device="cuda"):
     return triton.testing.do_bench(lambda: target.copy_(source), return_mode="median") * 1e-3
 
 
-def report_speed(name, run, n_bytes, *, against=None, target=0.6, advice=""):
+def report_speed(name, run, n_bytes, *, against=None, share=0.8, advice=""):
     """Print the kernel's speed on a GPU as a fraction of copy bandwidth. ``run()`` launches
     the student's kernel once on inputs of a size where memory dominates (into outputs
     allocated beforehand); ``n_bytes`` is what one run must read and write; ``against`` is
     ``(label, callable)``, the same work done by the course's kernel or by torch, measured
-    beside it. Below ``target`` the line adds ``advice``. Feedback only: it never raises.
+    beside it. The target is ``share`` of what ``against`` reaches in the same run (so it
+    holds on any GPU); below it the line adds ``advice``. Feedback only: it never raises.
     Without a GPU it says why there is no number. Returns the fraction, or None."""
     short = name.split(" (")[0]
     if not ON_GPU:
@@ -176,9 +210,10 @@ def report_speed(name, run, n_bytes, *, against=None, target=0.6, advice=""):
     line = f"{short}, speed: {fraction:.2f} of a copy of the same bytes, measured now on this GPU"
     if against is not None:
         label, fn = against
-        line += f"; {label} reaches {fraction_of_copy(fn):.2f}"
-    line += f" (target {target:.2f})"
-    if fraction < target and advice:
-        line += f". {advice}"
+        reference = fraction_of_copy(fn)
+        target = share * reference
+        line += f"; {label} reaches {reference:.2f} (target {target:.2f}, {share:.0%} of it)"
+        if fraction < target and advice:
+            line += f". {advice}"
     print(line + ".")
     return fraction

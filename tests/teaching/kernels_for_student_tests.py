@@ -34,3 +34,10 @@ def endless_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 def misspelt_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     tl.store(out_ptr + offsets, tl.load(x_ptr + ofsets, mask=offsets < n), mask=offsets < n)  # noqa: F821
+
+
+@triton.jit
+def sum_without_other_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offsets, tl.zeros((BLOCK,), tl.float32) + tl.sum(tl.load(x_ptr + offsets, mask=offsets < n)),
+             mask=offsets < n)

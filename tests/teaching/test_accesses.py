@@ -133,7 +133,7 @@ def test_draw_accesses_draws_the_failing_launch_and_refuses_unknown_arguments(mo
     accesses.draw_accesses(launches[-1])
     titles = [ax.get_title() for ax in shown[0].axes]
     assert titles[0] == "x_ptr: read; red x: 1 out of bounds", titles
-    with pytest.raises(ValueError, match=r"no 1-D or 2-D tensor argument to draw among \['y_ptr'\]"):
+    with pytest.raises(ValueError, match=r"no tensor argument of 1 or more dimensions to draw among \['y_ptr'\]"):
         accesses.draw_accesses(launches[-1], arguments=["y_ptr"])
     plt.close("all")
 
@@ -156,3 +156,22 @@ def test_softmax_rows_mistakes_are_named(mistake, hint):
     with pytest.raises(ExerciseError, match=hint) as caught:
         exercises.check_softmax_rows(wrong_kernels.softmax_rows_with(mistake))
     assert "were they written" not in str(caught.value) and "largest error 0 " not in str(caught.value)
+
+
+@triton.jit
+def _copy_one_past_the_end_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    tl.store(y_ptr + offsets, tl.load(x_ptr + offsets, mask=offsets <= n), mask=offsets < n)
+
+
+def test_a_launch_on_tensors_of_three_dimensions_is_drawn_row_by_row(monkeypatch):
+    import matplotlib.pyplot as plt
+
+    shown = []
+    monkeypatch.setattr(plt, "show", lambda: shown.append(plt.gcf()))
+    x = torch.randn(2, 3, 5)
+    y = torch.empty_like(x)
+    launches = accesses.record_accesses(lambda: _copy_one_past_the_end_kernel[(1,)](x, y, x.numel(), BLOCK=32))
+    accesses.draw_accesses(launches[-1])
+    assert [ax.get_title() for ax in shown[0].axes][0] == "x_ptr: read; red x: 1 out of bounds"
+    plt.close("all")

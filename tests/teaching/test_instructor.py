@@ -36,6 +36,18 @@ new_output = notebook_v4.new_output
 REPO_ROOT = Path(__file__).resolve().parents[2]
 COURSE_NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("*.ipynb"))
 
+@pytest.fixture(autouse=True)
+def package_to_guard(tmp_path_factory, monkeypatch):
+    """Grading guards the package it grades with (puts back what a return wrote there): here a
+    copy, so that a test's attack, or grading while someone edits the package, cannot touch the
+    real one."""
+    copy = tmp_path_factory.getbasetemp() / "guarded_package" / "course_lib"
+    if not copy.exists():
+        shutil.copytree(instructor.PACKAGE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(instructor, "PACKAGE_DIR", copy)
+    return copy
+
+
 SOLUTION_SOURCE = '''\
 @triton.jit
 def scale_kernel(x_ptr, n, BLOCK: tl.constexpr):
@@ -386,37 +398,40 @@ def test_checkers_come_from_the_release_and_tampering_is_reported(tmp_path):
     assert (edited.release, solved.score) == ("lesson.ipynb", "1/1")
 
 
+GRADS_FORMULA = "g[..., None] * w, (x * g[..., None]).reshape(-1, x.shape[-1]).sum(0)"  # exercise 1.2's answer
+
+
 def test_a_monkeypatched_exercises_module_has_no_effect(tmp_path):
     release = write_notebook(tmp_path / "release" / "lesson.ipynb", [
         new_code_cell("from course_lib.teaching import exercises\nimport torch"),
-        *exercise("1.1", "def scale_columns(x, w):\n    # BEGIN SOLUTION\n    return x * w\n    # END SOLUTION",
-                  "exercises.check_scale_columns(scale_columns)"),
+        *exercise("1.2", "def grads(x, w, g):\n    # BEGIN SOLUTION\n    return g[..., None] * w, x.sum(0)\n"
+                         "    # END SOLUTION", "exercises.check_weighted_sum_grads(grads)"),
     ])
 
     def patch_checkers(notebook):
         notebook.cells.insert(1, new_code_cell(
             "import sys\nfor module in (exercises, sys.modules['course_lib.teaching.exercises']):\n"
-            "    module.check_scale_columns = lambda answer: print('Exercise 1.1 passed')"))
+            "    module.check_weighted_sum_grads = lambda answer: print('Exercise 1.2 passed')"))
 
     grade = grade_one(tmp_path, returned(release, tmp_path / "returned", "patched.ipynb", patch_checkers), timeout=120)
     assert not grade.checkers[0].passed
-    assert grade.checkers[0].error.startswith("ExerciseError: Exercise 1.1 (scale_columns)")
+    assert grade.checkers[0].error.startswith("ExerciseError: Exercise 1.2 (weighted_sum_grads)")
 
 
 def test_hidden_inputs_defeat_answers_recorded_from_the_visible_check(tmp_path):
     recorded_answers = (
-        "def scale_columns(x, w):\n"
+        "def grads(x, w, g):\n"
         "    # BEGIN SOLUTION\n"
-        "    return answers.get(x.cpu().numpy().tobytes())\n"
+        "    return answers.get(x.numpy().tobytes())\n"
         "    # END SOLUTION\n\n\n"
         "answers = {}\n"
         "torch.manual_seed(0)  # the inputs the visible check will draw, answered once with the formula\n"
-        "exercises.check_scale_columns(lambda x, w: answers.setdefault(x.cpu().numpy().tobytes(), x * w))\n"
+        f"exercises.check_weighted_sum_grads(lambda x, w, g: answers.setdefault(x.numpy().tobytes(), ({GRADS_FORMULA})))\n"
         "torch.manual_seed(0)"
     )
     release = write_notebook(tmp_path / "release" / "lesson.ipynb", [
         new_code_cell("from course_lib.teaching import exercises\nimport torch"),
-        *exercise("1.1", recorded_answers, "exercises.check_scale_columns(scale_columns)"),
+        *exercise("1.2", recorded_answers, "exercises.check_weighted_sum_grads(grads)"),
     ])
     stamp_exercise_metadata([release])
     path = returned(release, tmp_path / "returned", "recorded.ipynb", solved=True)
@@ -424,7 +439,7 @@ def test_hidden_inputs_defeat_answers_recorded_from_the_visible_check(tmp_path):
     assert grade_one(tmp_path, path, timeout=120).checkers[0].passed  # no seed: the visible inputs
     hidden = grade_one(tmp_path, path, timeout=120, seed=12345)
     assert not hidden.checkers[0].passed
-    assert "got None" in hidden.checkers[0].error
+    assert "return a tuple" in hidden.checkers[0].error
 
 
 def test_a_kernel_dying_inside_a_checker_fails_it(tmp_path):

@@ -80,3 +80,13 @@ def test_speed_feedback_says_why_there_is_none_without_a_gpu(capsys):
 def test_an_error_inside_a_kernel_names_its_line(kernel):
     with pytest.raises(ExerciseError, match=r"NameError.*ofsets.*\n  at line \d+ of misspelt_kernel: tl.store"):
         list(student_kernels.kernel_runs("Exercise 9.9 (double)", launch_double, kernel, torch.randn(8, device=DEVICE)))
+
+
+def test_masked_lanes_loaded_without_other_are_nan_as_the_checkers_run_kernels():
+    """On a GPU those lanes hold whatever memory held; the interpreter's 0 would hide the bug."""
+    x = torch.ones(5, device=DEVICE)
+    summed = student_kernels.run_interpreted("Exercise 9.9 (sum)", launch_double, kernels.sum_without_other_kernel, x)
+    assert summed.isnan().all()
+    plain = student_kernels.run_interpreted("Exercise 9.9 (sum)", launch_double, kernels.sum_without_other_kernel, x,
+                                            undefined_as_nan=False)
+    assert plain.tolist() == [5.0] * 5  # the interpreter's 0: only inside the checkers' runs are they NaN

@@ -4,7 +4,7 @@ import torch
 import triton
 
 from ...core import references
-from ...core.runtime import DEVICE, multiprocessor_count
+from ...core.runtime import DEVICE, ON_GPU, multiprocessor_count
 from ..checking import ExerciseError, compare, run_student_code
 from ..student_kernels import kernel_runs, report_speed, require_kernel
 from .common import Exercise, hidden_case, matches, random_size, without_mask_hints
@@ -55,9 +55,8 @@ def launch_layernorm_rows(layernorm_rows_kernel, x, gamma, beta, eps=EPS, out=No
 
 
 def _layernorm_rows_hint(x64, eps, mean, rstd, large_mean):
-    # compared on the CPU: the hints' candidates are made there
-    x64 = x64.cpu()
     """The usual mistake behind wrong statistics (got mean and rstd), or None."""
+    x64 = x64.cpu()  # the candidates are made on the CPU, where matches compares
     n_cols = x64.shape[1]
     expected_mean = x64.mean(dim=1)
     centred = x64 - expected_mean[:, None]
@@ -87,8 +86,8 @@ def _layernorm_rows_hint(x64, eps, mean, rstd, large_mean):
     rstd64 = rstd.detach().to("cpu", torch.float64) if isinstance(rstd, torch.Tensor) else None
     if rstd64 is not None and rstd64.shape == var.shape:
         var_got = 1 / rstd64 ** 2 - eps
-        rounding = 4 * n_cols * 2.0 ** -23 * (x64.cpu() ** 2).mean(dim=1)
-        if (~rstd64.isfinite() | ((var_got - var.cpu()).abs() <= rounding)).all():
+        rounding = 4 * n_cols * 2.0 ** -23 * (x64 ** 2).mean(dim=1)
+        if (~rstd64.isfinite() | ((var_got - var).abs() <= rounding)).all():
             return ("E[x²] - E[x]² cancels catastrophically in float32 when the variance is small next to the mean "
                     "squared (rows of spread 1e-3 around 0.5, rows centred on ±1e4 where E[x²] ≈ 1e8 is rounded to "
                     "a multiple of 8): subtract the mean first, then average the squares")
@@ -127,7 +126,7 @@ def check_layernorm_rows(layernorm_rows_kernel):
         expected_mean, expected_rstd = _layernorm_stats64(x64, EPS)
         expected_y = references.layernorm(x64, gamma.double(), beta.double(), EPS)
         out = None if y_out is None else (y_out, torch.full((n_rows,), float("nan"), device=DEVICE),
-                                          torch.full((n_rows,), float("nan"), device=DEVICE))
+                                          torch.full((n_rows,), float("nan"), device=DEVICE))  # y strided
         for how, (y, mean, rstd) in kernel_runs(name, launch_layernorm_rows, kernel, x, gamma, beta, EPS, out):
             where = f"{name}, {what}" + (f", {how}" if how else "")
             try:
@@ -139,24 +138,28 @@ def check_layernorm_rows(layernorm_rows_kernel):
             except ExerciseError as error:
                 hint = _layernorm_rows_hint(x64, EPS, mean, rstd, large_mean)
                 raise ExerciseError(str(error) + (f"\n  hint: {hint}" if hint else "")) from None
-            if y_out is not None:
-                y_out.fill_(float("nan"))  # the compiled run writes afresh
+            if out is not None:  # the compiled run writes into fresh NaN
+                for tensor in out:
+                    tensor.fill_(float("nan"))
     print(f"{name.split(' (')[0]} passed: y, mean and rstd for {len(inputs)} shapes, widths 1 to 100, "
           "rows of variance below eps, rows centred on ±1e4 and strided x and y.")
-    x = torch.randn(16384, 1024, device=DEVICE) if DEVICE.type != "cpu" else None
-    if x is not None:
-        gamma, beta = torch.randn(1024, device=DEVICE), torch.randn(1024, device=DEVICE)
-        out = (torch.empty_like(x), torch.empty(16384, device=DEVICE), torch.empty(16384, device=DEVICE))
-        from ...kernels.layernorm_op.tiled import layernorm_forward
+    _report_forward_speed(name, kernel)
 
-        def run():
-            launch_layernorm_rows(kernel, x, gamma, beta, EPS, out)
 
-        def course():
-            layernorm_forward(x, gamma, beta, EPS, save_stats=True)
-    else:
-        run = course = None
-    report_speed(name, run, 2 * 16384 * 1024 * 4, against=("course_lib's forward", course),
+def _report_forward_speed(name, kernel):
+    """The student's forward against the course's, on 16384 rows of 1024 float32 values."""
+    n_rows, n_cols = 16384, 1024
+    n_bytes = 2 * n_rows * n_cols * 4  # x read, y written
+    if not ON_GPU:
+        report_speed(name, None, n_bytes)  # says that speed needs a GPU
+        return
+    from ...kernels.layernorm_op.tiled import layernorm_forward
+
+    x = torch.randn(n_rows, n_cols, device=DEVICE)
+    gamma, beta = torch.randn(n_cols, device=DEVICE), torch.randn(n_cols, device=DEVICE)
+    out = (torch.empty_like(x), torch.empty(n_rows, device=DEVICE), torch.empty(n_rows, device=DEVICE))
+    report_speed(name, lambda: launch_layernorm_rows(kernel, x, gamma, beta, EPS, out), n_bytes,
+                 against=("course_lib's forward", lambda: layernorm_forward(x, gamma, beta, EPS, save_stats=True)),
                  advice="a program of 4 rows of 1024 float32 values loads 16 KiB: check that the row's columns are "
                         "contiguous (cols[None, :] added to the row's start), so that loads combine into wide vectors")
 
@@ -252,7 +255,9 @@ def _program_sums(products, rows_per_program, block_rows=None, stop_at_n_rows=Fa
 
 
 def _partial_rows_hint(got, expected, products, rows_per_program, block_rows):
-    """The usual mistake behind wrong partial rows, or None (``got`` of expected's shape)."""
+    """The usual mistake behind wrong partial rows, or None."""
+    if not isinstance(got, torch.Tensor) or got.shape != expected.shape or got.isnan().all():
+        return None  # compare's message says it all
     got64 = got.detach().to("cpu", torch.float64)
     expected, products = expected.cpu(), products.cpu()
     tolerance = dict(rtol=1e-4, atol=1e-4 * rows_per_program ** 0.5)
@@ -305,18 +310,21 @@ def check_column_partial_sums(column_partial_sums_kernel):
                 out.fill_(float("nan"))
     print(f"{name.split(' (')[0]} passed: {len(inputs)} shapes, from one row to ranges that end inside a tile, "
           "and strided x and partial.")
-    x = torch.randn(16384, 1024, device=DEVICE) if DEVICE.type != "cpu" else None
-    run = total = None
-    if x is not None:
-        n_programs = 4 * multiprocessor_count()
-        partial = torch.empty(_program_ranges(16384, n_programs)[1], 1024, device=DEVICE)
+    _report_partial_sums_speed(name, kernel)
 
-        def run():
-            launch_column_partial_sums(kernel, x, n_programs, partial, 8)
 
-        def total():
-            torch.sum(x, dim=0)
-    report_speed(name, run, 16384 * 1024 * 4, against=("torch's x.sum(0)", total),
+def _report_partial_sums_speed(name, kernel):
+    """The student's first stage against torch's whole column sum, on 16384 rows of 1024 float32 values."""
+    n_rows, n_cols = 16384, 1024
+    n_bytes = n_rows * n_cols * 4  # x read; the partial rows are a few hundred
+    if not ON_GPU:
+        report_speed(name, None, n_bytes)
+        return
+    x = torch.randn(n_rows, n_cols, device=DEVICE)
+    n_programs = 4 * multiprocessor_count()
+    partial = torch.empty(_program_ranges(n_rows, n_programs)[1], n_cols, device=DEVICE)
+    report_speed(name, lambda: launch_column_partial_sums(kernel, x, n_programs, partial, 8), n_bytes,
+                 against=("torch's x.sum(0)", lambda: torch.sum(x, dim=0)),
                  advice="with few programs, each walks many tiles one after another: check that each tile's loads "
                         "are whole contiguous rows and that the accumulator stays a tile until the end (one "
                         "tl.sum after the loop, not one a tile)")
@@ -448,7 +456,6 @@ def check_layernorm_backward_rows(layernorm_backward_rows_kernel):
                 f"program, tiles of {block_rows}){note}")
         runs = _partial_row_runs(name, launch_layernorm_backward_rows, kernel, x, gamma, grad_y, mean, rstd,
                                  n_programs, out, block_rows)
-        totals = []
         for how, (grad_x, partial_dgamma, partial_dbeta) in runs:
             where = what + (f", {how}" if how else "")
             partial_atol = 1e-4 * rows_per_program ** 0.5
@@ -467,12 +474,11 @@ def check_layernorm_backward_rows(layernorm_backward_rows_kernel):
                                            x64, gamma64, grad_y64, mean64, rstd64)
                 raise ExerciseError(str(error) + (f"\n  hint: {hint}" if hint else "")) from None
             # stage 2: the partial rows added down the columns in a fixed order, as the course's backward does
-            totals.append([sum_partial_rows(partial.contiguous(), torch.float32)
-                           for partial in (partial_dgamma, partial_dbeta)])
-            compare(f"{where}: dgamma, your partial rows added in a fixed order", totals[-1][0], products[0].sum(0),
-                    rtol=1e-4, atol=1e-4 * n_rows ** 0.5)
-            compare(f"{where}: dbeta, your partial rows added in a fixed order", totals[-1][1], products[1].sum(0),
-                    rtol=1e-4, atol=1e-4 * n_rows ** 0.5)
+            for what_sum, partial, product in [("dgamma", partial_dgamma, products[0]),
+                                               ("dbeta", partial_dbeta, products[1])]:
+                compare(f"{where}: {what_sum}, your partial rows added in a fixed order",
+                        sum_partial_rows(partial.contiguous(), torch.float32), product.sum(0),
+                        rtol=1e-4, atol=1e-4 * n_rows ** 0.5)
             if out is not None:
                 for tensor in out:
                     tensor.fill_(float("nan"))
@@ -484,29 +490,31 @@ def check_layernorm_backward_rows(layernorm_backward_rows_kernel):
 
 def _report_backward_speed(name, kernel, sum_partial_rows):
     """Both stages of the student's backward against the course's, on 16384 rows of 1024 float32 values."""
-    run = course = None
-    if DEVICE.type != "cpu":
-        from ...kernels.layernorm_op.tiled import RowStats, layernorm_backward
+    n_rows, n_cols = 16384, 1024
+    n_bytes = 3 * n_rows * n_cols * 4  # x and dy read, dx written
+    if not ON_GPU:
+        report_speed(name, None, n_bytes)
+        return
+    from ...kernels.layernorm_op.tiled import RowStats, layernorm_backward
 
-        n_rows, n_cols = 16384, 1024
-        x, grad_y = torch.randn(n_rows, n_cols, device=DEVICE), torch.randn(n_rows, n_cols, device=DEVICE)
-        gamma = torch.randn(n_cols, device=DEVICE)
-        mean64, rstd64 = _layernorm_stats64(x.double(), EPS)
-        mean, rstd = mean64.float(), rstd64.float()
-        n_programs = 4 * multiprocessor_count()
-        n_partial = _program_ranges(n_rows, n_programs)[1]
-        out = (torch.empty_like(x), torch.empty(n_partial, n_cols, device=DEVICE),
-               torch.empty(n_partial, n_cols, device=DEVICE))
+    x, grad_y = torch.randn(n_rows, n_cols, device=DEVICE), torch.randn(n_rows, n_cols, device=DEVICE)
+    gamma = torch.randn(n_cols, device=DEVICE)
+    mean64, rstd64 = _layernorm_stats64(x.double(), EPS)
+    mean, rstd = mean64.float(), rstd64.float()
+    n_programs = 4 * multiprocessor_count()
+    n_partial = _program_ranges(n_rows, n_programs)[1]
+    out = (torch.empty_like(x), torch.empty(n_partial, n_cols, device=DEVICE),
+           torch.empty(n_partial, n_cols, device=DEVICE))
 
-        def run():
-            _, partial_dgamma, partial_dbeta = launch_layernorm_backward_rows(
-                kernel, x, gamma, grad_y, mean, rstd, n_programs, out, 4)
-            sum_partial_rows(partial_dgamma, torch.float32)
-            sum_partial_rows(partial_dbeta, torch.float32)
+    def both_stages():
+        _, partial_dgamma, partial_dbeta = launch_layernorm_backward_rows(
+            kernel, x, gamma, grad_y, mean, rstd, n_programs, out, 4)
+        sum_partial_rows(partial_dgamma, torch.float32)
+        sum_partial_rows(partial_dbeta, torch.float32)
 
-        def course():
-            layernorm_backward(grad_y, x, gamma, True, RowStats(mean, rstd))
-    report_speed(name, run, 3 * 16384 * 1024 * 4, against=("course_lib's backward", course),
+    report_speed(name, both_stages, n_bytes,
+                 against=("course_lib's backward",
+                          lambda: layernorm_backward(grad_y, x, gamma, True, RowStats(mean, rstd))),
                  advice="load gamma once a program, before the loop over its tiles, keep both accumulators as tiles "
                         "until the end (one tl.sum each after the loop), and check that each tile's loads are "
                         "whole contiguous rows")

@@ -337,7 +337,6 @@ def check_coor_descent_row(coor_descent_row_kernel):
 
     report_speed(name, lambda: launch_coor_descent_row(kernel, s, 128, 20, **falling, out=out), 2 * 16384 * 1024 * 4,
                  against=("course_lib.coor_descent", lambda: coor_descent(s, n_iters=20, k=128, **falling)),
-                 target=0.15,
                  advice="read s once and keep the row in registers through every iteration; take the row max "
                         "once, before the loop, so that each iteration has one reduction (the largest "
                         "min(s_j, -a) is min(max_j s_j, -a)); and multiply by 1 / eps rather than divide each "

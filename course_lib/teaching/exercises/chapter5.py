@@ -225,9 +225,19 @@ def _counting_launches(kernel):
 
 
 def _is_triton_op(op):
+    """Whether ``op`` was made by torch.library.triton_op (a CustomOpDef too), which lists
+    its operators with the kernels it found in their bodies."""
     from torch._library.triton import triton_ops_to_kernels
 
     return op._qualname in triton_ops_to_kernels
+
+
+def _names_wrap_triton(fn):
+    """Whether the source of ``fn`` names wrap_triton (True where Python keeps no source)."""
+    try:
+        return "wrap_triton" in inspect.getsource(fn)
+    except (OSError, TypeError):
+        return True
 
 
 def _require_operator(name, op):
@@ -240,9 +250,13 @@ def _require_operator(name, op):
     if not ON_GPU and _is_triton_op(op):
         raise ExerciseError(f"{name}: under the interpreter a triton_op cannot be traced (wrap_triton has no kernel "
                             "to record, so torch.compile would run the interpreted kernel on fake tensors): make it a "
-                            "torch.library.custom_op there with a fake implementation, as the stub's `operator` does")
-    if not ON_GPU and "wrap_triton" not in inspect.getsource(op._init_fn):
-        # On a GPU torch.compile finds this out; under the interpreter a bare kernel[grid] works, so say it here.
+                            "torch.library.custom_op there with a fake implementation, as the stub's `as_operator` does")
+
+
+def _require_wrap_triton(name, op):
+    """Under the interpreter a bare kernel[grid] in the operator works; it fails only on a GPU,
+    where the operator is a triton_op (torch.compile and opcheck say so there): say it here."""
+    if not ON_GPU and not _names_wrap_triton(op._init_fn):
         raise ExerciseError(f"{name}: launch the kernel as torch.library.wrap_triton(scale_columns_forward_kernel)"
                             "[grid](...): on a GPU, where the operator is a triton_op, torch.compile records the "
                             "launches it sees through wrap_triton, and a bare kernel[grid] fails on its fake tensors")
@@ -369,6 +383,7 @@ def check_scale_columns_op(scale_columns_forward_kernel, scale_columns_backward_
         for how, got in kernel_runs(name, launch_scale_columns_forward, forward_kernel, x, w):
             compare(f"{name}, scale_columns_forward_kernel alone, {what}" + (f", {how}" if how else ""), got,
                     x.double() * w.double(), rtol=1e-6, atol=1e-6, show_picture=True)
+    _require_wrap_triton(name, scale_columns_op)
     for what, x, w in inputs:  # the operator, forward and backward
         _values_and_grads(name, scale_columns_op, x, w, torch.randn(x.shape, device=DEVICE), forward_kernel,
                           backward_kernel, what)

@@ -54,7 +54,7 @@ VISIBLE = "visible = (keys[None, :] <= queries[:, None]) & query_exists"
     ({"keys[None, :] <= queries[:, None]": "keys[None, :] < queries[:, None]"}, "the diagonal is hidden"),
     ({"keys[None, :] <= queries[:, None]": "keys[None, :] >= queries[:, None]"}, "the wrong triangle"),
     ({'other=float("-inf")': "other=0.0"}, "the hidden keys count in the sum"),
-    ({", other=float(\"-inf\")": ""}, "the hidden keys count in the sum"),  # masked lanes are 0 here too
+    ({", other=float(\"-inf\")": ""}, "the hidden keys count in the sum: loaded without other="),
     ({VISIBLE: VISIBLE + " & (keys < n - 1)[None, :]"}, "only the last query of each matrix"),
     ({"mask=query_exists & (keys < n)[None, :])": "mask=visible)"}, "never written above the diagonal"),
     ({VISIBLE: "visible = keys[None, :] <= queries[:, None]"}, "out of bounds"),  # queries past n read

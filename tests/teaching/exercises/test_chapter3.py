@@ -35,7 +35,7 @@ def test_layernorm_rows_refuses_what_is_not_a_kernel(answer, message):
         exercises.check_layernorm_rows(answer)
 
 
-CENTRED = "centred = tl.where(mask, x - mean[:, None], 0.0)"
+CENTRED = "centred = tl.where(in_tile, x - mean[:, None], 0.0)"
 VAR = "var = tl.sum(centred * centred, axis=1) / n_cols"
 
 
@@ -47,8 +47,8 @@ VAR = "var = tl.sum(centred * centred, axis=1) / n_cols"
     ({"rstd = 1.0 / tl.sqrt(var + eps)": "rstd = 1.0 / (tl.sqrt(var) + eps)"}, "inside the square root"),
     ({"rows[:, None] * stride_x_row": "rows[:, None] * n_cols"}, "right stride"),  # rows read as contiguous
     ({"rows[:, None] * stride_y_row": "rows[:, None] * n_cols"}, "right stride"),
-    ({"tl.store(mean_ptr + rows, mean, mask=row_mask)": "tl.store(mean_ptr + rows, mean)"}, "out of bounds"),
-    ({"tl.store(rstd_ptr + rows, rstd, mask=row_mask)": ""}, "elements are NaN"),  # rstd never written
+    ({"tl.store(mean_ptr + rows, mean, mask=in_rows)": "tl.store(mean_ptr + rows, mean)"}, "out of bounds"),
+    ({"tl.store(rstd_ptr + rows, rstd, mask=in_rows)": ""}, "elements are NaN"),  # rstd never written
 ])
 def test_layernorm_rows_names_the_mistake(mistake, message):
     with pytest.raises(ExerciseError, match=message):

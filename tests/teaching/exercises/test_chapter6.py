@@ -34,7 +34,8 @@ def test_add_routed_rows_refuses_what_is_not_a_kernel(answer, message):
     # no mask on the routed tokens of the last tile: rows past num_routed
     ({"mask = is_routed[:, None] & (cols < dim)[None, :]": "mask = (cols < dim)[None, :]"}, "out of bounds"),
     ({"routed, mask=is_routed, other=0)": "routed)"}, "out of bounds"),  # the positions' load unmasked
-    ({"routed[:, None] * stride_heavy_k": "routed[:, None] * dim"}, "rows are 40 elements apart|out of bounds"),  # heavy as if contiguous
+    # heavy read as if contiguous
+    ({"routed[:, None] * stride_heavy_k": "routed[:, None] * dim"}, "rows are 40 elements apart|out of bounds"),
 ])
 def test_add_routed_rows_names_the_mistake(mistake, message):
     with pytest.raises(ExerciseError, match=message):
@@ -74,7 +75,8 @@ def test_local_attention_forward_refuses_what_is_not_a_kernel(answer, message):
     ({"tl.maximum(start_q - window + 1, 0)": "start_q - window + 1"}, "out of bounds"),
     # key tiles past the end read unmasked
     ({"mask=(keys < seq_len)[:, None], other=0.0)\n        v =": ")\n        v ="}, "out of bounds"),
-    ({"queries[:, None] * stride_q_n": "queries[:, None] * HEAD_DIM"}, "rows are 48 elements apart|out of bounds"),  # q as if contiguous
+    # q read as if contiguous
+    ({"queries[:, None] * stride_q_n": "queries[:, None] * HEAD_DIM"}, "rows are 48 elements apart|out of bounds"),
 ])
 def test_local_attention_forward_names_the_mistake(mistake, message):
     with pytest.raises(ExerciseError, match=message):
