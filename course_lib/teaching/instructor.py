@@ -508,9 +508,13 @@ def _graded_notebook(notebook, released: ReleasedNotebook, seed: int | None, res
             source=checker.source, seed=seed, results=str(results_path), package=str(package_dir))
         return nbformat_v4.new_code_cell(source, metadata={"tags": list(checker.tags)})
 
+    try:  # a copy that lost nbgrader's metadata: the ids its headings give
+        derived = {cell.cell_index: cell.grade_id for cell in exercise_cells(notebook, "the return")}
+    except ValueError:
+        derived = {}
     cells, return_index = [], []
     for cell_index, cell in enumerate(notebook.cells):
-        grade_id = _grade_id(cell)
+        grade_id = _grade_id(cell) or derived.get(cell_index)
         if grade_id in by_id or (cell.cell_type == "code" and CHECKER_TAG in _tags(cell)):
             if in_return.get(grade_id) == MISSING:
                 checker = by_id[grade_id]

@@ -281,7 +281,7 @@ def test_course_exercise_cells_carry_nbgrader_metadata(notebook):
     # After a new exercise: python -m course_lib.teaching.instructor stamp notebooks/*.ipynb
     read = nbformat.read(notebook, as_version=4)
     cells = exercise_cells(read, notebook.name)
-    assert sum(cell.role == "checker" for cell in cells) >= 3
+    assert sum(cell.role == "checker" for cell in cells) >= 2  # the ramp: two kernel exercises a chapter at least
     for cell in cells:
         assert read.cells[cell.cell_index].metadata.get("nbgrader") == nbgrader_metadata(cell.role, cell.grade_id)
 

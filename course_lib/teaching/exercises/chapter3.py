@@ -1,5 +1,7 @@
 """Checkers of chapter 3, LayerNorm: one function an exercise."""
 
+import inspect
+
 import torch
 import triton
 
@@ -34,6 +36,37 @@ def _layernorm_stats64(x, eps):
     mean = x.mean(dim=-1)
     var = ((x - mean[..., None]) ** 2).mean(dim=-1)
     return mean, torch.rsqrt(var + eps)
+
+
+def _masked_loads_without_other(kernel):
+    """The tl.load calls of the kernel's source that have a mask= and no other=."""
+    try:
+        source = inspect.getsource(kernel.fn)
+    except (AttributeError, OSError, TypeError):
+        return []
+    loads, start = [], source.find("tl.load(")
+    while start != -1:
+        depth, end = 0, start
+        for end in range(start + len("tl.load"), len(source)):
+            depth += {"(": 1, ")": -1}.get(source[end], 0)
+            if depth == 0:
+                break
+        call = " ".join(source[start:end + 1].split())
+        if "mask=" in call and "other=" not in call:
+            loads.append(call)
+        start = source.find("tl.load(", end)
+    return loads
+
+
+def _with_hint(error, hint, kernel, outputs):
+    """``error`` with its hint line; without one, NaN in the outputs and a masked load without
+    other= in the kernel name that load."""
+    if hint is None and any(isinstance(t, torch.Tensor) and t.isnan().any() for t in outputs):
+        loads = _masked_loads_without_other(kernel)
+        if loads:
+            hint = (f"{loads[0]} has a mask but no other=: its masked lanes hold whatever memory held (NaN in "
+                    "the checker's interpreted run), and a sum over the tile spreads them; give other=0.0")
+    return ExerciseError(str(error) + (f"\n  hint: {hint}" if hint else ""))
 
 
 # ------------------------------------------------------------ Exercise 3.1: the forward
@@ -137,7 +170,7 @@ def check_layernorm_rows(layernorm_rows_kernel):
                 compare(f"{where}: y", y, expected_y, rtol=rtol, atol=atol, show_picture=True)
             except ExerciseError as error:
                 hint = _layernorm_rows_hint(x64, EPS, mean, rstd, large_mean)
-                raise ExerciseError(str(error) + (f"\n  hint: {hint}" if hint else "")) from None
+                raise _with_hint(error, hint, kernel, (y, mean, rstd)) from None
             if out is not None:  # the compiled run writes into fresh NaN
                 for tensor in out:
                     tensor.fill_(float("nan"))
@@ -305,7 +338,7 @@ def check_column_partial_sums(column_partial_sums_kernel):
                         rtol=1e-5, atol=1e-5 * rows_per_program ** 0.5, show_picture=True)
             except ExerciseError as error:
                 hint = _partial_rows_hint(got, expected, x64, rows_per_program, block_rows)
-                raise ExerciseError(str(error) + (f"\n  hint: {hint}" if hint else "")) from None
+                raise _with_hint(error, hint, kernel, (got,)) from None
             if out is not None:
                 out.fill_(float("nan"))
     print(f"{name.split(' (')[0]} passed: {len(inputs)} shapes, from one row to ranges that end inside a tile, "
@@ -463,7 +496,7 @@ def check_layernorm_backward_rows(layernorm_backward_rows_kernel):
                 compare(f"{where}: dx", grad_x, expected_dx, rtol=1e-4, atol=1e-4, show_picture=True)
             except ExerciseError as error:
                 hint = _grad_x_hint(grad_x, x64, gamma64, grad_y64, mean64, rstd64)
-                raise ExerciseError(str(error) + (f"\n  hint: {hint}" if hint else "")) from None
+                raise _with_hint(error, hint, kernel, (grad_x,)) from None
             try:
                 compare(f"{where}: partial_dgamma (row p: program p's sum of dy * xhat)", partial_dgamma,
                         expected[0], rtol=1e-4, atol=partial_atol, show_picture=True)
@@ -472,7 +505,7 @@ def check_layernorm_backward_rows(layernorm_backward_rows_kernel):
             except ExerciseError as error:
                 hint = _partial_grads_hint(partial_dgamma, partial_dbeta, products, rows_per_program, block_rows,
                                            x64, gamma64, grad_y64, mean64, rstd64)
-                raise ExerciseError(str(error) + (f"\n  hint: {hint}" if hint else "")) from None
+                raise _with_hint(error, hint, kernel, (partial_dgamma, partial_dbeta)) from None
             # stage 2: the partial rows added down the columns in a fixed order, as the course's backward does
             for what_sum, partial, product in [("dgamma", partial_dgamma, products[0]),
                                                ("dbeta", partial_dbeta, products[1])]:

@@ -43,6 +43,7 @@ VAR = "var = tl.sum(centred * centred, axis=1) / n_cols"
     ({VAR: "var = tl.sum(centred * centred, axis=1) / (n_cols - 1)"}, "n_cols - 1 \\(the unbiased estimate"),
     ({VAR: "var = tl.sum(x * x, axis=1) / n_cols - mean * mean"}, "cancels catastrophically"),
     ({CENTRED: "centred = x - mean[:, None]"}, "padding lanes count in the variance"),
+    ({"mask=in_tile, other=0.0)": "mask=in_tile)"}, "no other="),  # padding lanes undefined in the sums
     ({"mean = tl.sum(x, axis=1) / n_cols": "mean = tl.sum(x, axis=1) / BLOCK_COLS"}, "divides by BLOCK_COLS"),
     ({"rstd = 1.0 / tl.sqrt(var + eps)": "rstd = 1.0 / (tl.sqrt(var) + eps)"}, "inside the square root"),
     ({"rows[:, None] * stride_x_row": "rows[:, None] * n_cols"}, "right stride"),  # rows read as contiguous
@@ -109,6 +110,7 @@ STORE_ROW = "partial_ptr + program * stride_partial_row"
     # the last tile masked with n_rows alone: the next program's rows counted twice
     ({"(rows < last_row)[:, None]": "(rows < n_rows)[:, None]"}, "counted twice"),
     ({"(rows < last_row)[:, None]": "(rows >= 0)[:, None]"}, "out of bounds"),  # no row mask on the last tile
+    ({"mask=mask, other=0.0)": "mask=mask)"}, "no other="),  # masked lanes undefined in the sum
     ({STORE_ROW: "partial_ptr + 0 * stride_partial_row"}, "stores its sum as row p"),  # every program on row 0
     ({STORE_ROW: "partial_ptr + first_row * stride_partial_row"}, "out of bounds"),  # its first row's index
     ({STORE_ROW: "partial_ptr + program * n_cols"}, "right stride"),
@@ -154,6 +156,7 @@ DGAMMA_ROW, DBETA_ROW = "partial_dgamma_ptr + partial_row", "partial_dbeta_ptr +
     # the partial row summed along the tile's rows, one number a row
     ({"tl.sum(acc_dgamma, axis=0)": "tl.sum(acc_dgamma, axis=1)"}, "sums down the tile's rows"),
     ({"row_mask = rows < last_row": "row_mask = rows < n_rows"}, "counted twice"),
+    ({"mask=col_mask, other=0.0)": "mask=col_mask)"}, "no other="),  # gamma's padding lanes undefined in the means
     ({"acc_dgamma += dy * xhat": "acc_dgamma += g * xhat"}, "without gamma"),
     ({"rows[:, None] * stride_grad_y_row": "rows[:, None] * stride_x_row"}, "right stride"),
     ({"rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)": "rstd = tl.load(rstd_ptr + rows)"},
