@@ -47,6 +47,36 @@ def _choose_backend():
     return True, torch.cuda.get_device_name()
 
 
+def triton_language_namespaces():
+    """The namespaces of triton.language's modules, where Triton's own ``@jit`` helpers live."""
+    return [vars(module) for name, module in list(sys.modules.items())
+            if name.startswith("triton.language") and module is not None]
+
+
+def interpret_jit_functions(namespaces):
+    """Replace each ``@jit`` function held in these namespaces (dicts), and in the globals of
+    the functions replaced, by the interpreted function of its Python source, one object
+    for each. Returns ``[(namespace, {name: original})]``, what to put back to undo it."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    interpreted, replaced, seen = {}, [], set()
+    pending = list(namespaces)
+    while pending:
+        namespace = pending.pop()
+        if id(namespace) in seen:
+            continue
+        seen.add(id(namespace))
+        originals = {key: value for key, value in namespace.items() if isinstance(value, JITFunction)}
+        for key, function in originals.items():
+            if id(function) not in interpreted:
+                interpreted[id(function)] = InterpretedFunction(function.fn)
+                pending.append(function.fn.__globals__)
+            namespace[key] = interpreted[id(function)]
+        replaced.append((namespace, originals))
+    return replaced
+
+
 def _interpret_triton_library():
     """Make an already imported triton interpret its own library too.
 
@@ -54,21 +84,9 @@ def _interpret_triton_library():
     built when ``triton.language`` is imported. Built before TRITON_INTERPRET was set (say
     ``torch._dynamo`` imported triton first), they are compiled-mode functions, and an
     interpreted kernel calling them fails with "Cannot call @triton.jit'd outside of the
-    scope of a kernel". Each is replaced, in every ``triton.language`` module that holds it,
-    by the interpreted function of the same Python source.
+    scope of a kernel". They are replaced for good by their interpreted functions.
     """
-    from triton.runtime.interpreter import InterpretedFunction
-    from triton.runtime.jit import JITFunction
-
-    interpreted = {}
-    for name, module in list(sys.modules.items()):
-        if not name.startswith("triton.language") or module is None:
-            continue
-        for attribute, value in list(vars(module).items()):
-            if isinstance(value, JITFunction):
-                if id(value) not in interpreted:
-                    interpreted[id(value)] = InterpretedFunction(value.fn)
-                setattr(module, attribute, interpreted[id(value)])
+    interpret_jit_functions(triton_language_namespaces())
 
 
 def _select_interpreter():

@@ -28,7 +28,7 @@ import threading
 
 import torch
 
-from ..core.runtime import ON_GPU
+from ..core.runtime import ON_GPU, interpret_jit_functions, triton_language_namespaces
 from .checking import ExerciseError, run_student_code
 
 INTERPRETER_SECONDS = 120  # one interpreted launcher call on a checker's small inputs
@@ -64,38 +64,23 @@ def require_kernel(name, kernel, kernel_name):
         "exercise is about writing the kernel.")
 
 
-def _jit_helpers(namespace):
-    from triton.runtime.jit import JITFunction
-
-    return {key: value for key, value in namespace.items() if isinstance(value, JITFunction)}
-
-
 @contextlib.contextmanager
 def interpreted(kernel):
     """``kernel`` as Triton's interpreter runs it: an ``InterpretedFunction`` of its Python
-    function. The ``@triton.jit`` helpers it calls, found in its module's globals (and in
-    theirs), are interpreted too while the block runs, then put back."""
+    function. While the block runs, the ``@jit`` functions it may call are interpreted too:
+    the helpers in its module's globals (and in theirs) and Triton's own (``tl.sum``,
+    ``tl.max``: ``@jit`` functions of triton.language); then they are put back."""
     from triton.runtime.interpreter import InterpretedFunction
 
     if isinstance(kernel, InterpretedFunction):  # TRITON_INTERPRET=1: already interpreted
         yield kernel
         return
-    swapped, pending, seen = [], [kernel.fn.__globals__], set()
-    while pending:
-        namespace = pending.pop()
-        if id(namespace) in seen:
-            continue
-        seen.add(id(namespace))
-        helpers = _jit_helpers(namespace)
-        swapped.append((namespace, helpers))
-        for key, helper in helpers.items():
-            namespace[key] = InterpretedFunction(helper.fn)
-            pending.append(helper.fn.__globals__)
+    replaced = interpret_jit_functions([kernel.fn.__globals__, *triton_language_namespaces()])
     try:
         yield InterpretedFunction(kernel.fn)
     finally:
-        for namespace, helpers in swapped:
-            namespace.update(helpers)
+        for namespace, originals in replaced:
+            namespace.update(originals)
 
 
 @contextlib.contextmanager
