@@ -8,6 +8,7 @@ from course_lib.teaching import exercises
 from course_lib.core import references
 from course_lib.teaching.checking import ExerciseError
 from solutions import solution
+from hidden_sizes import hidden_sizes  # noqa: F401  (autouse: visible and hidden sizes)
 
 
 def _scale_columns(mistakes=None):

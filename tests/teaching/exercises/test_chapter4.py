@@ -6,6 +6,7 @@ import torch
 from course_lib.teaching import exercises
 from course_lib.teaching.checking import ExerciseError
 from solutions import solution
+from hidden_sizes import hidden_sizes  # noqa: F401  (autouse: visible and hidden sizes)
 
 
 def _right_routing_weights(a, s, eps, mask=None):

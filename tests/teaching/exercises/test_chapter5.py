@@ -10,6 +10,7 @@ from course_lib.core.runtime import ON_GPU
 from course_lib.teaching import exercises
 from course_lib.teaching.checking import ExerciseError
 from solutions import solution, solution_source
+from hidden_sizes import hidden_sizes  # noqa: F401  (autouse: visible and hidden sizes)
 
 NOTEBOOK = "05_kernel_to_layer"
 

@@ -5,6 +5,7 @@ import pytest
 from course_lib.teaching import exercises
 from course_lib.teaching.checking import ExerciseError
 from solutions import solution
+from hidden_sizes import hidden_sizes  # noqa: F401  (autouse: visible and hidden sizes)
 
 
 def _add_routed_rows(mistakes=None):

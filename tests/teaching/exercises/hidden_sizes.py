@@ -1,4 +1,5 @@
-"""Every checker runs as a student runs it and as grading runs it."""
+"""Every checker runs as a student runs it and as grading runs it: each chapter's test module
+imports this fixture (``from hidden_sizes import hidden_sizes``), which then applies to all its tests."""
 
 import pytest
 
