@@ -65,22 +65,65 @@ def require_kernel(name, kernel, kernel_name):
 
 
 @contextlib.contextmanager
+def _interpreter_patches_undone():
+    """Undo, when the block ends, every attribute Triton's interpreter patched inside it.
+
+    The interpreter swaps triton.language's builtins for its own while it runs. A launch
+    puts them back, but a ``@jit`` helper called from an interpreted kernel patches the
+    modules of its own globals and leaves them so (harmless when everything is
+    interpreted). On a GPU machine the next *compiled* kernel would then meet interpreter
+    functions and fail to compile, so the first value of each patched attribute is kept
+    and put back at the end, whatever order the interpreter's own restores ran in."""
+    from triton.runtime import interpreter
+
+    scope_type = getattr(interpreter, "_LangPatchScope", None)
+    if scope_type is None:  # a Triton whose interpreter keeps no record: nothing to hook
+        yield
+        return
+    missing, first_values, set_attr = object(), {}, scope_type.set_attr
+
+    def recording_set_attr(self, obj, name, value):
+        first_values.setdefault((id(obj), name), (obj, name, getattr(obj, name, missing)))
+        set_attr(self, obj, name, value)
+
+    scope_type.set_attr = recording_set_attr
+    try:
+        yield
+    finally:
+        scope_type.set_attr = set_attr
+        for obj, name, value in first_values.values():
+            if value is missing:
+                if hasattr(obj, name):
+                    delattr(obj, name)
+            else:
+                setattr(obj, name, value)
+
+
+@contextlib.contextmanager
 def interpreted(kernel):
     """``kernel`` as Triton's interpreter runs it: an ``InterpretedFunction`` of its Python
-    function. While the block runs, the ``@jit`` functions it may call are interpreted too:
-    the helpers in its module's globals (and in theirs) and Triton's own (``tl.sum``,
-    ``tl.max``: ``@jit`` functions of triton.language); then they are put back."""
+    function. While the block runs, the ``@jit`` functions it may call are interpreted too
+    (the helpers in its module's globals and in theirs, and Triton's own: ``tl.sum`` and
+    ``tl.max`` are ``@jit`` functions of triton.language), and Triton is told it interprets
+    (``knobs.runtime.interpret``, which some of its functions read as they run); at the end
+    all of it, and whatever the interpreter patched, is put back."""
+    import triton
     from triton.runtime.interpreter import InterpretedFunction
 
     if isinstance(kernel, InterpretedFunction):  # TRITON_INTERPRET=1: already interpreted
         yield kernel
         return
-    replaced = interpret_jit_functions([kernel.fn.__globals__, *triton_language_namespaces()])
-    try:
-        yield InterpretedFunction(kernel.fn)
-    finally:
-        for namespace, originals in replaced:
-            namespace.update(originals)
+    runtime_knobs = triton.knobs.runtime
+    was_interpreting = runtime_knobs.interpret
+    with _interpreter_patches_undone():
+        runtime_knobs.interpret = True
+        replaced = interpret_jit_functions([kernel.fn.__globals__, *triton_language_namespaces()])
+        try:
+            yield InterpretedFunction(kernel.fn)
+        finally:
+            runtime_knobs.interpret = was_interpreting
+            for namespace, originals in replaced:
+                namespace.update(originals)
 
 
 @contextlib.contextmanager

@@ -41,3 +41,10 @@ def sum_without_other_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offsets = tl.arange(0, BLOCK)
     tl.store(out_ptr + offsets, tl.zeros((BLOCK,), tl.float32) + tl.sum(tl.load(x_ptr + offsets, mask=offsets < n)),
              mask=offsets < n)
+
+
+@triton.jit
+def sum_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    total = tl.sum(tl.load(x_ptr + offsets, mask=offsets < n, other=0.0))
+    tl.store(out_ptr + offsets, tl.zeros((BLOCK,), tl.float32) + total, mask=offsets < n)

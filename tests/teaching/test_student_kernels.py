@@ -90,3 +90,11 @@ def test_masked_lanes_loaded_without_other_are_nan_as_the_checkers_run_kernels()
     plain = student_kernels.run_interpreted("Exercise 9.9 (sum)", launch_double, kernels.sum_without_other_kernel, x,
                                             undefined_as_nan=False)
     assert plain.tolist() == [5.0] * 5  # the interpreter's 0: only inside the checkers' runs are they NaN
+
+
+def test_a_kernel_calling_triton_helpers_runs_interpreted_then_compiled():
+    """tl.sum is a @jit function of triton.language: interpreted with the kernel, then put back,
+    so that the compiled run (on a GPU) still compiles."""
+    x = torch.randn(9, device=DEVICE)
+    for _, got in student_kernels.kernel_runs("Exercise 9.9 (sum)", launch_double, kernels.sum_kernel, x):
+        torch.testing.assert_close(got, x.sum().expand(9))
