@@ -104,6 +104,33 @@ if not ON_GPU:
 import triton  # noqa: E402  (imported only once the backend is fixed)
 
 
+def _wrap_triton_takes_interpreted_kernels():
+    """Under the interpreter, let ``torch.library.wrap_triton`` take an interpreted kernel.
+
+    torch 2.13 accepts one; torch 2.11 refuses anything but a compiled-mode ``@triton.jit``
+    function. Under the interpreter a kernel launched through it runs eagerly, inside a
+    ``custom_op`` whose fake implementation stands in for it when traced (chapter 5), so the
+    kernel itself, launched as ``kernel[grid]``, is what wrap_triton should give back."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    torch_wrap_triton = torch.library.wrap_triton
+
+    @functools.wraps(torch_wrap_triton)
+    def wrap_triton(fn):
+        try:
+            return torch_wrap_triton(fn)
+        except RuntimeError:
+            if isinstance(fn, InterpretedFunction):
+                return fn
+            raise
+
+    torch.library.wrap_triton = wrap_triton
+
+
+if not ON_GPU:
+    _wrap_triton_takes_interpreted_kernels()
+
+
 def _version(text):
     return tuple(int(part) for part in text.split("+")[0].split(".")[:2] if part.isdigit())
 
