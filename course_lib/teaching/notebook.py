@@ -34,6 +34,69 @@ def show_section(module, title):
     print(section_of(module, title))
 
 
+def excerpt_of(obj, first, last=None):
+    """The lines of ``obj``'s source from the first line containing ``first`` to the next
+    line containing ``last`` (or to the end of that block when ``last`` is None: the lines
+    indented deeper than the first one). Raises ValueError naming the marker that is missing,
+    so a chapter whose excerpt drifted from the package fails instead of showing other code."""
+    source = obj if isinstance(obj, str) else (
+        inspect.getsource(obj) if inspect.ismodule(obj) else source_of(obj))
+    lines = source.splitlines()
+    start = next((i for i, line in enumerate(lines) if first in line), None)
+    if start is None:
+        raise ValueError(f"no line of {getattr(obj, '__name__', 'the source')} contains {first!r}")
+    if last is None:
+        indent = len(lines[start]) - len(lines[start].lstrip())
+        end = start + 1
+        while end < len(lines) and (not lines[end].strip() or len(lines[end]) - len(lines[end].lstrip()) > indent):
+            end += 1
+        end -= 1
+        while end > start and not lines[end].strip():
+            end -= 1
+    else:
+        end = next((i for i in range(start + 1, len(lines)) if last in lines[i]), None)
+        if end is None:
+            raise ValueError(f"no line after {first!r} contains {last!r}")
+    return "\n".join(lines[start:end + 1])
+
+
+def show_excerpt(obj, first, last=None):
+    """Print an excerpt of ``obj``'s source (see ``excerpt_of``): how the book shows what
+    the package adds to a kernel without printing all of it."""
+    print(excerpt_of(obj, first, last))
+
+
+# MyST-NB reads a glued value from an output carrying this metadata; the MIME prefix hides
+# the value from the cell's visible output (myst_nb.glue(..., display=False) writes the same).
+GLUE_MIME_PREFIX = "application/papermill.record/"
+
+
+def glue(name, value, fmt=None):
+    """Make ``value`` quotable in the chapter's markdown as {glue:text}`name` (MyST-NB's
+    glue, written without needing myst_nb installed). ``fmt`` (a format spec such as
+    ".2f" or ".0%") decides how the number reads in the prose; the text is what the book
+    shows, so a sentence quoting it changes when the measurement does. Returns the text."""
+    from IPython.display import display
+
+    text = format(value, fmt) if fmt else str(value)
+    display({GLUE_MIME_PREFIX + "text/plain": text}, raw=True,
+            metadata={"scrapbook": {"name": name, "mime_prefix": GLUE_MIME_PREFIX}})
+    return text
+
+
+class ClaimContradicted(AssertionError):
+    """A sentence of the chapter that the data of this run contradicts."""
+
+
+def claim(sentence, holds, evidence=""):
+    """Check a comparison the chapter's prose makes against the data the chapter shows:
+    raises ClaimContradicted quoting the sentence (and the evidence) when ``holds`` is false,
+    so a GPU run that turns the comparison over fails instead of leaving a false sentence."""
+    if not holds:
+        raise ClaimContradicted(f"the chapter says {sentence!r}, but this run's data does not"
+                                + (f": {evidence}" if evidence else ""))
+
+
 def host_and_gpu_events(prof, step_name="step"):
     """From a torch.profiler run whose steps are marked record_function(step_name): the
     events of the last step, as (row, name, start_us, duration_us). Rows are the host
