@@ -1,14 +1,14 @@
-"""Train chapter 6's decoders and store their curves: course_lib/results/training/<gpu>.json.
+"""Train chapter 6's models and store their curves: course_lib/results/training/<gpu>.json.
 
     python -m benchmarks.train_recall                              # every run of CHAPTER_RUNS
-    python -m benchmarks.train_recall --only "reference, eps 1.0" --out part.json
-    python -m benchmarks.train_recall --seeds --out seeds.json    # the seed study's runs only
+    python -m benchmarks.train_recall --only "dense, seed 0; dense, seed 1" --out part.json
+    python -m benchmarks.train_recall --seed 2 --out seed2.json    # every model at one seed
     python -m benchmarks.train_recall --merge part1.json part2.json
 
-Each run is recall_task.train_recall at CHAPTER_SETTINGS on CHAPTER_TASK, one seed for
-all, so the runs see the same data from the same initial weights. A host that limits
-the minutes of one command trains a few runs at a time (``--only``, names separated by
-``;``) and merges the files. Runs of a later file replace runs of the same name.
+Each run is recall_task.train_recall at CHAPTER_SETTINGS on CHAPTER_TASK; runs at the same
+seed see the same data. The models are small, so one GPU trains several processes at once
+faster than one after another (each process a seed, ``--seed``), and ``--merge`` joins
+their files. Runs of a later file replace runs of the same name.
 """
 
 import argparse
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from course_lib.core.benchmarking import gpu_slug, measured_on, require_gpu, write_document
-from course_lib.models.recall_task import (CHAPTER_RUNS, CHAPTER_SETTINGS, CHAPTER_TASK, EXTRA_SEEDS, SEED_STUDY,
+from course_lib.models.recall_task import (CHAPTER_MODELS, CHAPTER_RUNS, CHAPTER_SEEDS, CHAPTER_SETTINGS, CHAPTER_TASK,
                                            TRAINING_RESULTS_DIR, light_branch_reach, train_recall)
 from course_lib.core.runtime import DEVICE
 
@@ -60,15 +60,14 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help=f"runs separated by ';', of: {'; '.join(CHAPTER_RUNS)}")
     parser.add_argument("--out", help=f"the file to write (default {TRAINING_RESULTS_DIR}/<gpu>.json)")
-    parser.add_argument("--seeds", action="store_true",
-                        help=f"the runs of {', '.join(SEED_STUDY)} at the other seeds, {EXTRA_SEEDS}")
+    parser.add_argument("--seed", type=int, choices=CHAPTER_SEEDS, help="every model's run at this seed")
     parser.add_argument("--merge", nargs="+", metavar="RUNS", help="merge these files instead of training")
     arguments = parser.parse_args(argv)
     if arguments.merge:
         print("wrote", write(merge(arguments.merge), arguments.out))
         return
-    if arguments.seeds:
-        names = [f"{name}, seed {seed}" for name in SEED_STUDY for seed in EXTRA_SEEDS]
+    if arguments.seed is not None:
+        names = [f"{model}, seed {arguments.seed}" for model in CHAPTER_MODELS]
     elif arguments.only:
         names = [name.strip() for name in arguments.only.split(";")]
     else:

@@ -49,5 +49,5 @@ def test_the_command_line_merges_and_names_what_it_cannot_train(documents, tmp_p
     assert f"wrote {tmp_path / 'merged.json'}" in capsys.readouterr().out
     assert list(load_training_runs(tmp_path)["merged"]["runs"]) == list(CHAPTER_RUNS)
     # Run names are checked before anything trains, the GPU included.
-    with pytest.raises(SystemExit, match=r"unknown runs \['course_lib, eps 2'\]; choose from"):
-        train_recall.main(["--only", "course_lib, eps 0.03; course_lib, eps 2"])
+    with pytest.raises(SystemExit, match=r"unknown runs \['routed, seed 9'\]; choose from"):
+        train_recall.main(["--only", "routed, seed 0; routed, seed 9"])

@@ -1,14 +1,20 @@
-"""A task that needs routing, and a small decoder of routed blocks that learns it.
+"""A task that needs routing, and a small encoder of routed blocks that learns it.
 
 Associative recall: a long sequence of noise holds a few (key, value) pairs; at its end
-the keys come again, each followed by its value, and the model must predict the value
-after each key. The pair may be thousands of tokens back, far outside the light
-branch's window: only the heavy branch can fetch it, and only if the router picks the
-pair's tokens. Noise and keys are drawn from separate ranges of the vocabulary, so
-whether a token matters can be read off the token itself, which a router can learn.
+the keys come again, each followed by a blank where its value was, and the model must
+fill in the value at each repeated key. The pair may be thousands of tokens back, far
+outside the light branch's window: only the heavy branch can fetch it, and only if the
+router picks the pair's tokens. Noise and keys are drawn from separate ranges of the
+vocabulary, so whether a token matters can be read off the token itself, which a router
+can learn.
 
-The same function trains the decoder on course_lib's kernels, on the PyTorch
-references, or on the colt5-attention package's modules, at one seed.
+The answers are blanked in the input, so a model may look at the whole sequence, as a
+routed block does (its top-k routing sees every token): the task is an encoder's, and a
+router that sees later tokens learns nothing it should not.
+
+The same function trains the model on course_lib's kernels, on the PyTorch references,
+or on the colt5-attention package's modules, and trains the two baselines the routed
+block is judged against: the light branch alone, and dense causal attention.
 """
 
 import json
@@ -19,15 +25,21 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core.benchmarking import RESULTS_DIR
-from .routed import COURSE_OPS, REFERENCE_OPS, Norm, RoutedBlock
+from .routed import (COURSE_OPS, REFERENCE_OPS, LocalCausalAttention, Norm, RoutedBlock, feed_forward, merge_heads,
+                     split_heads)
 from ..core.runtime import DEVICE
 
 IMPLS = ("course_lib", "reference", "colt5_attention")
+# What each block of a RecallModel is: the routed block, its light branch alone (local
+# attention and the narrow feed-forward: what the model can do without routing), or a
+# dense block (causal attention over every token and a wide feed-forward: what routing
+# tries to approach at a fraction of the cost).
+ARCHITECTURES = ("routed", "light", "dense")
 IGNORE = -100  # target of the positions that carry no loss (cross_entropy's ignore_index)
 
 
 class RecallTask(NamedTuple):
-    """Sizes of the task: the vocabulary holds noise, keys and values, in that order."""
+    """Sizes of the task: the vocabulary holds noise, keys, values and the blank, in that order."""
 
     seq_len: int = 256
     n_pairs: int = 4
@@ -36,8 +48,13 @@ class RecallTask(NamedTuple):
     n_values: int = 16
 
     @property
-    def vocab(self):
+    def blank(self):
+        """The token that stands where a recalled value was."""
         return self.n_noise + self.n_keys + self.n_values
+
+    @property
+    def vocab(self):
+        return self.blank + 1
 
 
 def _check_task(op, task):
@@ -55,9 +72,9 @@ def recall_batch(task, batch, generator, device="cpu"):
     """(tokens, targets), both (batch, seq_len) int64.
 
     The first part is noise with ``n_pairs`` (key, value) pairs at random places; the
-    last 2 * n_pairs tokens repeat the keys in another order, each followed by its
-    value. targets holds the value at each repeated key's position (the next token to
-    predict) and IGNORE everywhere else.
+    last 2 * n_pairs tokens repeat the keys in another order, each followed by the blank
+    token. targets holds the value at each repeated key's position and IGNORE everywhere
+    else: a value appears in the tokens only in its pair, before the query asking for it.
     """
     _check_task("recall_batch", task)
     n_noise, n_keys, n_pairs, seq_len = task.n_noise, task.n_keys, task.n_pairs, task.seq_len
@@ -80,7 +97,7 @@ def recall_batch(task, batch, generator, device="cpu"):
     order = torch.rand(batch, n_pairs, generator=generator).argsort(dim=-1)
     query_positions = body + 2 * torch.arange(n_pairs)
     tokens[rows, query_positions] = keys.gather(1, order)
-    tokens[rows, query_positions + 1] = values.gather(1, order)
+    tokens[rows, query_positions + 1] = task.blank
     targets[rows, query_positions] = values.gather(1, order)
     return tokens.to(device), targets.to(device)
 
@@ -149,16 +166,69 @@ def routed_block(impl, dim, *, num_heavy_tokens, seq_len, light_window_size=128,
                        dim_head=dim_head, router_kwargs=router_kwargs, ops=ops)
 
 
+class LightBlock(nn.Module):
+    """The routed block's light branch alone: causal local attention and the narrow
+    feed-forward, added as RoutedBlock adds its branches."""
+
+    def __init__(self, dim, *, light_window_size, heads, dim_head, ops):
+        super().__init__()
+        self.attn = LocalCausalAttention(dim, window_size=light_window_size, heads=heads, dim_head=dim_head, ops=ops)
+        self.ff = feed_forward(dim, 0.5, ops)
+
+    def forward(self, x, mask=None):
+        x = x + self.attn(x, mask)
+        return x + self.ff(x)
+
+
+class DenseBlock(nn.Module):
+    """A dense pre-norm transformer block: causal attention of every token over every
+    earlier token (PyTorch's scaled_dot_product_attention) and the heavy branch's wide
+    feed-forward for every token."""
+
+    def __init__(self, dim, *, heads, dim_head, ops):
+        super().__init__()
+        self.heads = heads
+        self.norm = Norm(dim, ops)
+        self.to_qkv = nn.Linear(dim, 3 * heads * dim_head, bias=False)
+        self.to_out = nn.Linear(heads * dim_head, dim, bias=False)
+        self.ff = feed_forward(dim, 4, ops)
+
+    def forward(self, x, mask=None):
+        q, k, v = (split_heads(t, self.heads) for t in self.to_qkv(self.norm(x)).chunk(3, dim=-1))
+        x = x + self.to_out(merge_heads(F.scaled_dot_product_attention(q, k, v, is_causal=True)))
+        return x + self.ff(x)
+
+
+def recall_block(architecture, impl, dim, *, num_heavy_tokens, seq_len, light_window_size, heads, dim_head,
+                 router_kwargs=None, colt5_queries_per_window=None):
+    """One block of a RecallModel: ``architecture`` one of ARCHITECTURES; the light and
+    dense blocks take their norms from ``impl``'s kernels and have no router."""
+    if architecture not in ARCHITECTURES:
+        raise ValueError(f"RecallModel: architecture must be one of {', '.join(ARCHITECTURES)}; got {architecture!r}")
+    if architecture == "routed":
+        return routed_block(impl, dim, num_heavy_tokens=num_heavy_tokens, seq_len=seq_len,
+                            light_window_size=light_window_size, heads=heads, dim_head=dim_head,
+                            router_kwargs=router_kwargs, colt5_queries_per_window=colt5_queries_per_window)
+    if impl == "colt5_attention":
+        raise ValueError(f"RecallModel: the {architecture} block is built from course_lib or reference ops, "
+                         "not colt5_attention's")
+    ops = COURSE_OPS if impl == "course_lib" else REFERENCE_OPS
+    if architecture == "light":
+        return LightBlock(dim, light_window_size=light_window_size, heads=heads, dim_head=dim_head, ops=ops)
+    return DenseBlock(dim, heads=heads, dim_head=dim_head, ops=ops)
+
+
 class RecallModel(nn.Module):
-    """Embeddings (token and position), ``depth`` routed blocks, a norm, the logits."""
+    """Embeddings (token and position), ``depth`` blocks (routed, light or dense), a norm,
+    the logits."""
 
     def __init__(self, impl, task, *, dim=64, depth=2, num_heavy_tokens=32, light_window_size=16, heads=4,
-                 dim_head=16, router_kwargs=None, colt5_queries_per_window=None):
+                 dim_head=16, router_kwargs=None, colt5_queries_per_window=None, architecture="routed"):
         super().__init__()
         self.token_embedding = nn.Embedding(task.vocab, dim)
         self.position_embedding = nn.Embedding(task.seq_len, dim)
         self.blocks = nn.ModuleList(
-            routed_block(impl, dim, num_heavy_tokens=num_heavy_tokens, seq_len=task.seq_len,
+            recall_block(architecture, impl, dim, num_heavy_tokens=num_heavy_tokens, seq_len=task.seq_len,
                          light_window_size=light_window_size, heads=heads, dim_head=dim_head,
                          router_kwargs=router_kwargs, colt5_queries_per_window=colt5_queries_per_window)
             for _ in range(depth)
@@ -190,7 +260,8 @@ def recall_loss_and_accuracy(model, tokens, targets):
 
 def train_recall(impl, task=RecallTask(), *, steps=200, batch=32, lr=3e-3, seed=0, device=DEVICE, dtype=torch.float32,
                  eval_batch=None, **model_kwargs):
-    """Train a RecallModel of ``impl`` for ``steps`` AdamW steps on fresh batches.
+    """Train a RecallModel of ``impl`` for ``steps`` AdamW steps on fresh batches
+    (``model_kwargs`` go to RecallModel: sizes, ``architecture``, ``router_kwargs``).
 
     One seed sets the model's initial weights and every batch, so impls trained at the
     same seed see the same data. Returns the loss of every step and the accuracy on a
@@ -230,30 +301,26 @@ def light_branch_reach(task, light_window_size, sequences=4000, seed=0):
 
 
 # ------------------------------------------------------------------ chapter 6's runs
-# Chapter 6 trains four decoders for 3000 steps each, about six minutes on an H100: too
-# long to repeat whenever the notebook runs. benchmarks/train_recall.py trains them
-# and stores their curves under results/training/, one file a GPU, which the chapter
-# plots beside a short run of its own.
+# Chapter 6 trains three models from four seeds each, 3000 steps a run: too long to
+# repeat whenever the notebook runs. benchmarks/train_recall.py trains them and stores
+# their curves under results/training/, one file a GPU, which the chapter plots beside a
+# short run of its own.
 
 CHAPTER_TASK = RecallTask(seq_len=128, n_pairs=2)
 CHAPTER_SETTINGS = dict(steps=3000, batch=32, eval_batch=1024, lr=3e-3, dim=64, depth=2, num_heavy_tokens=16,
                         light_window_size=8, heads=4, dim_head=16)
-# name -> train_recall's arguments beside CHAPTER_SETTINGS. The package routes its
-# queries window by window; 2 in each window of 8 lets it route both queries that ask
-# for a value (they share the last window), as the others' 16 of 128 can.
-CHAPTER_RUNS = {
-    "course_lib, eps 0.03": dict(impl="course_lib"),
-    "course_lib, eps 1.0": dict(impl="course_lib", router_kwargs=dict(eps=1.0)),
-    "reference, eps 1.0": dict(impl="reference", router_kwargs=dict(eps=1.0)),
-    "colt5_attention, eps 1.0": dict(impl="colt5_attention", router_kwargs=dict(eps=1.0), colt5_queries_per_window=2),
+# The routed block (course_lib's kernels, router eps 1.0: soft weights over many tokens,
+# so the loss reaches many router scores) beside its two baselines. One run is one
+# sample: a rounding that decides a near tie in a top-k differently sends a run down
+# another path, so each model is trained from four seeds (initial weights and batches).
+CHAPTER_MODELS = {
+    "routed": dict(impl="course_lib", router_kwargs=dict(eps=1.0)),
+    "light only": dict(impl="course_lib", architecture="light"),
+    "dense": dict(impl="course_lib", architecture="dense"),
 }
-# One run is one sample: a rounding that decides a near tie in a top-k differently sends
-# it down another path. course_lib at both settings of eps is trained again from other
-# seeds (other initial weights and batches), to see which differences outlast the seed.
-SEED_STUDY = ("course_lib, eps 0.03", "course_lib, eps 1.0")
-EXTRA_SEEDS = (1, 2, 3)
-CHAPTER_RUNS.update({f"{name}, seed {seed}": dict(CHAPTER_RUNS[name], seed=seed)
-                     for name in SEED_STUDY for seed in EXTRA_SEEDS})
+CHAPTER_SEEDS = (0, 1, 2, 3)
+CHAPTER_RUNS = {f"{model}, seed {seed}": dict(arguments, seed=seed)
+                for model, arguments in CHAPTER_MODELS.items() for seed in CHAPTER_SEEDS}
 TRAINING_RESULTS_DIR = RESULTS_DIR / "training"
 
 

@@ -26,10 +26,12 @@ Where this differs from the ``colt5-attention`` package (0.11.2), by design:
   instead cuts the sequence into windows, routes queries within each window and keys
   from the windows before it, and adds a learned null key; it needs no causal mask but
   routes keys once per window.
-- Routing looks at the whole sequence (a top-k does), so *which* tokens are routed may
-  depend on later tokens, as in CoLT5's encoder. Attention among the routed tokens is
-  causal. Generating token by token needs routing decided per window, as the package's
-  autoregressive attention does.
+- Routing looks at the whole sequence (a top-k does), so *which* tokens are routed
+  depends on later tokens: the block is an **encoder** block, as in CoLT5's encoder, and
+  must not be trained to predict the next token. Each attention is causal once the
+  routing is given (the light branch within its windows, the heavy branch among the
+  routed tokens in sequence order); generating token by token needs routing decided per
+  window, as the package's autoregressive attention does.
 """
 
 from typing import NamedTuple
@@ -391,9 +393,10 @@ class LocalCausalAttention(nn.Module):
         return self.to_out(merge_heads(out))
 
 
-class RoutedCausalAttention(nn.Module):
-    """Conditionally routed causal self-attention: local attention for every token, and
-    full causal attention among the ``num_heavy_tokens`` routed tokens.
+class RoutedAttention(nn.Module):
+    """Conditionally routed self-attention: causal local attention for every token, and
+    causal attention among the ``num_heavy_tokens`` routed tokens. Which tokens are routed
+    depends on the whole sequence, so the module as a whole is not causal (an encoder's).
 
     The heavy branch takes the routed tokens in sequence order, so causal_softmax over
     their (k, k) scores lets a routed query see exactly the routed keys at or before its
@@ -407,7 +410,7 @@ class RoutedCausalAttention(nn.Module):
         super().__init__()
         for name, value in (("num_heavy_tokens", num_heavy_tokens), ("heavy_heads", heavy_heads),
                             ("heavy_dim_head", heavy_dim_head)):
-            _check_positive_int("RoutedCausalAttention", name, value)
+            _check_positive_int("RoutedAttention", name, value)
         self.num_heavy_tokens, self.heavy_heads, self.ops = num_heavy_tokens, heavy_heads, ops
         self.light_attn = LocalCausalAttention(dim, window_size=light_window_size, heads=light_heads,
                                                dim_head=light_dim_head, ops=ops)
@@ -430,7 +433,7 @@ class RoutedCausalAttention(nn.Module):
 
 
 class RoutedBlock(nn.Module):
-    """A decoder block: x + routed attention(x), then + routed feed-forward, as
+    """An encoder block: x + routed attention(x), then + routed feed-forward, as
     colt5_attention's ``ConditionalRoutedTransformerBlock`` adds its branches.
 
     Args:
@@ -447,7 +450,7 @@ class RoutedBlock(nn.Module):
         super().__init__()
         _check_positive_int("RoutedBlock", "dim", dim)
         self.dim = dim
-        self.attn = RoutedCausalAttention(
+        self.attn = RoutedAttention(
             dim, num_heavy_tokens=num_heavy_tokens, light_window_size=light_window_size, light_heads=heads,
             light_dim_head=dim_head, heavy_heads=heads, heavy_dim_head=dim_head, router_kwargs=router_kwargs,
             ops=ops,

@@ -1,10 +1,12 @@
-"""Chapter 6's recall task (course_lib/models/recall_task.py): bad sizes named. Its
-batches and training runs are tested with the block, in tests/models/test_routed.py."""
+"""Chapter 6's recall task (course_lib/models/recall_task.py): bad sizes named, the
+baselines causal, every architecture trains. Its batches and the routed block's training
+are tested with the block, in tests/models/test_routed.py."""
 
 import pytest
 import torch
 
-from course_lib.models.recall_task import RecallTask, recall_batch
+from course_lib.core.runtime import DEVICE
+from course_lib.models.recall_task import ARCHITECTURES, RecallModel, RecallTask, recall_batch, recall_block, train_recall
 
 
 @pytest.mark.parametrize("field", RecallTask._fields)
@@ -21,3 +23,35 @@ def test_sizes_must_be_ints():
 def test_a_sequence_too_short_for_its_pairs_says_what_it_needs():
     with pytest.raises(ValueError, match=r"needs seq_len >= 4 \* n_pairs and n_keys >= n_pairs"):
         recall_batch(RecallTask(seq_len=12, n_pairs=4), 2, torch.Generator().manual_seed(0))
+
+
+# The two baselines chapter 6 trains beside the routed block: both causal.
+@pytest.mark.parametrize("architecture", ["light", "dense"])
+def test_the_baseline_blocks_are_causal(architecture):
+    block = recall_block(architecture, "course_lib", 16, num_heavy_tokens=4, seq_len=29, light_window_size=8,
+                         heads=2, dim_head=8).to(DEVICE)
+    x = torch.randn(2, 29, 16, device=DEVICE)
+    for t in (0, 11, 27):
+        changed = x.clone()
+        changed[:, t + 1:] = torch.randn_like(changed[:, t + 1:]) * 3
+        with torch.no_grad():
+            before, after = block(x), block(changed)
+        torch.testing.assert_close(after[:, :t + 1], before[:, :t + 1], rtol=1e-6, atol=1e-6)
+        assert not torch.allclose(after[:, t + 1:], before[:, t + 1:])
+
+
+def test_a_model_of_each_architecture_trains():
+    task = RecallTask(seq_len=32, n_pairs=2, n_noise=8, n_keys=4, n_values=4)
+    sizes = dict(steps=2, batch=4, dim=16, depth=1, num_heavy_tokens=8, light_window_size=8, heads=2, dim_head=8)
+    for architecture in ARCHITECTURES:
+        run = train_recall("course_lib", task, architecture=architecture, **sizes)
+        assert len(run.losses) == 2 and 0.0 <= run.accuracy <= 1.0
+    light = RecallModel("course_lib", task, architecture="light", dim=16, depth=1, heads=2, dim_head=8)
+    assert not any("router" in name for name, _ in light.named_modules())
+
+
+def test_an_unknown_architecture_is_named():
+    with pytest.raises(ValueError, match="architecture must be one of routed, light, dense; got 'moe'"):
+        RecallModel("course_lib", RecallTask(), architecture="moe")
+    with pytest.raises(ValueError, match="not colt5_attention's"):
+        RecallModel("colt5_attention", RecallTask(), architecture="dense")

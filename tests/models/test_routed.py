@@ -119,7 +119,7 @@ def test_autoregressive_attention_shares_our_light_branch_and_attend():
         dim, num_heavy_tokens_q=2, num_heavy_tokens_kv=k, light_window_size=window, light_heads=heads,
         light_dim_head=dim_head, heavy_heads=heads, heavy_dim_head=dim_head,
     ).to(DEVICE)
-    ours = routed.RoutedCausalAttention(dim, num_heavy_tokens=k, light_window_size=window, light_heads=heads,
+    ours = routed.RoutedAttention(dim, num_heavy_tokens=k, light_window_size=window, light_heads=heads,
                                         light_dim_head=dim_head, heavy_heads=heads, heavy_dim_head=dim_head).to(DEVICE)
     ours.light_attn.load_state_dict(package.light_attn.state_dict())
     x = torch.randn(2, 20, dim, device=DEVICE)
@@ -224,7 +224,7 @@ def test_routed_query_never_sees_a_later_token():
     (lambda b, x, m: routed.LocalCausalAttention(16, window_size=0), ValueError, r"window_size must be at least 1"),
     (lambda b, x, m: routed.RoutedBlock(16, num_heavy_tokens=4, heads=0), ValueError, r"heads must be at least 1"),
     (lambda b, x, m: routed.RoutedBlock(16, num_heavy_tokens=4, dim_head=2.0), TypeError, r"dim_head must be an int"),
-    (lambda b, x, m: routed.RoutedCausalAttention(16, num_heavy_tokens=4, heavy_heads=-1), ValueError,
+    (lambda b, x, m: routed.RoutedAttention(16, num_heavy_tokens=4, heavy_heads=-1), ValueError,
      r"heavy_heads must be at least 1"),
     (lambda b, x, m: routed.RoutedFeedForward(16, num_heavy_tokens=4, light_ff_mult=0.01), ValueError,
      r"light_ff_mult = 0.01 gives a hidden width int\(16 \* 0.01\) < 1"),
@@ -252,7 +252,7 @@ def test_block_compiles_whole(mode):
     assert_compiles_whole(block, x, mode=mode, op="coor_descent")
 
 
-def test_recall_batch_hides_each_value_behind_its_key():
+def test_recall_batch_blanks_each_answer_and_hides_its_value_behind_its_key():
     task = RecallTask(seq_len=40, n_pairs=3)
     tokens, targets = recall_batch(task, 5, torch.Generator().manual_seed(1))
     body = task.seq_len - 2 * task.n_pairs
@@ -263,7 +263,9 @@ def test_recall_batch_hides_each_value_behind_its_key():
         assert sum(token >= task.n_noise for token in row_tokens[:body]) == 2 * task.n_pairs  # nothing else stands out
         asked = [(p, row_targets[p]) for p in range(task.seq_len) if row_targets[p] != IGNORE]
         assert [p for p, _ in asked] == list(range(body, task.seq_len, 2))
-        assert all(pairs[row_tokens[p]] == value and row_tokens[p + 1] == value for p, value in asked)
+        assert all(pairs[row_tokens[p]] == value and row_tokens[p + 1] == task.blank for p, value in asked)
+        # An answer stands in the tokens only in its pair, before the query: nothing to leak.
+        assert all(row_tokens.index(value) < p and row_tokens[p:].count(value) == 0 for p, value in asked)
 
 
 def test_light_branch_reach_counts_the_pairs_a_query_window_sees():
@@ -294,7 +296,7 @@ def test_training_course_lib_and_reference_follow_one_curve():
 
 
 @pytest.mark.parametrize("impl", ["course_lib", "reference", "colt5_attention"])
-def test_router_settings_reach_every_router_of_the_decoder(impl):
+def test_router_settings_reach_every_router_of_the_model(impl):
     """router_kwargs set every router's coordinate descent, in each implementation (the
     package's router takes the same names), and the default leaves CoLT5's eps = 0.03."""
     task = RecallTask(seq_len=32, n_pairs=2, n_noise=8, n_keys=4, n_values=4)
@@ -352,3 +354,56 @@ def test_block_on_an_empty_batch_returns_an_empty_batch():
     y = block(x)
     y.sum().backward()
     assert y.shape == x.shape and x.grad.shape == x.shape
+
+
+# ------------------------------------------------------------------ causality
+# Perturbing the tokens after position t must leave every output at positions <= t
+# unchanged, for each module the chapter calls causal. The router's top-k is not one:
+# which tokens are routed depends on later tokens, so the block is an encoder's.
+
+
+def perturbed_after(x, t):
+    changed = x.detach().clone()
+    changed[:, t + 1:] = torch.randn_like(changed[:, t + 1:]) * 3
+    return changed
+
+
+@pytest.mark.parametrize("t", [0, 13, 30])
+@pytest.mark.parametrize("ops", [routed.COURSE_OPS, routed.REFERENCE_OPS], ids=["course_lib", "reference"])
+def test_the_light_attention_is_causal(ops, t):
+    attention = routed.LocalCausalAttention(16, window_size=8, heads=2, dim_head=8, ops=ops).to(DEVICE)
+    x = torch.randn(2, 37, 16, device=DEVICE)
+    with torch.no_grad():
+        before, after = attention(x), attention(perturbed_after(x, t))
+    torch.testing.assert_close(after[:, :t + 1], before[:, :t + 1], rtol=1e-6, atol=1e-6)
+    assert not torch.allclose(after[:, t + 1:], before[:, t + 1:])  # the perturbation reaches the later outputs
+
+
+@pytest.mark.parametrize("t", [2, 9])
+def test_the_heavy_attention_is_causal_among_the_routed_tokens(t):
+    """Given the routing, a routed token's heavy output depends on the routed tokens at or
+    before it only."""
+    attention = routed.RoutedAttention(16, num_heavy_tokens=12, light_window_size=8, light_heads=2, light_dim_head=8,
+                                       heavy_heads=2, heavy_dim_head=8).to(DEVICE)
+    x = torch.randn(2, 30, 16, device=DEVICE)
+    with torch.no_grad():
+        picked = routed.in_sequence_order(attention.router(x, num_tokens=12))
+        changed = picked._replace(tokens=perturbed_after(picked.tokens, t))
+        before, after = attention.heavy_attention(picked), attention.heavy_attention(changed)
+    torch.testing.assert_close(after[:, :t + 1], before[:, :t + 1], rtol=1e-6, atol=1e-6)
+    assert not torch.allclose(after[:, t + 1:], before[:, t + 1:])
+
+
+def test_the_routed_attention_as_a_whole_sees_later_tokens():
+    """Why chapter 6 trains an encoder: a later token that outscores an earlier one takes
+    its place in the top-k, and the earlier token's output changes."""
+    torch.manual_seed(0)
+    attention = routed.RoutedAttention(16, num_heavy_tokens=4, light_window_size=8, light_heads=2, light_dim_head=8,
+                                       heavy_heads=2, heavy_dim_head=8).to(DEVICE)
+    x = torch.randn(1, 24, 16, device=DEVICE)
+    with torch.no_grad():
+        token = attention.router.routing_token
+        changed = x.clone()
+        changed[:, 20:] = 10 * token / token.norm()  # later tokens now score highest
+        before, after = attention(x), attention(changed)
+    assert not torch.allclose(after[:, :20], before[:, :20])
