@@ -343,6 +343,7 @@ def exercise_table() -> str:
 # --- grading ------------------------------------------------------------------------
 
 AS_RELEASED, EDITED, MISSING = "as released", "edited", "missing"
+CHECKER_ID_KEY = "course_lib_checker"  # the grade id of a released checker cell, in the graded notebook
 GRADED_CHECKER_SOURCE = """\
 # The released checker {grade_id}, run by course_lib.teaching.instructor (see course_lib/teaching/fresh_checker.py).
 __course_grader = {{"__name__": "course_lib_fresh_checker"}}
@@ -506,7 +507,7 @@ def _graded_notebook(notebook, released: ReleasedNotebook, seed: int | None, res
         source = GRADED_CHECKER_SOURCE.format(
             grade_id=checker.grade_id, runner=str(package_dir / FRESH_CHECKER_IN_PACKAGE),
             source=checker.source, seed=seed, results=str(results_path), package=str(package_dir))
-        return nbformat_v4.new_code_cell(source, metadata={"tags": list(checker.tags)})
+        return nbformat_v4.new_code_cell(source, metadata={"tags": list(checker.tags), CHECKER_ID_KEY: checker.grade_id})
 
     try:  # a copy that lost nbgrader's metadata: the ids its headings give
         derived = {cell.cell_index: cell.grade_id for cell in exercise_cells(notebook, "the return")}
@@ -586,7 +587,9 @@ def run_graded(graded_path: Path, folder: Path, timeout: int, summary_path: Path
         _execute(notebook, folder, timeout, allow_errors=True)
     except nbclient.exceptions.DeadKernelError:
         aborted = "the kernel died"
-    summary = {"errors": [_cell_error(cell) for cell in notebook.cells], "aborted": aborted}
+    summary = {"errors": [_cell_error(cell) for cell in notebook.cells], "aborted": aborted,
+               "checker_ids": [cell.metadata.get(CHECKER_ID_KEY) for cell in notebook.cells],
+               "executed": [cell.get("execution_count") is not None for cell in notebook.cells]}
     Path(summary_path).write_text(json.dumps(summary), encoding="utf-8")
 
 
@@ -627,13 +630,18 @@ def _restore(folder: Path, snapshot: dict[str, bytes], exclude=frozenset()) -> l
 
 
 def _run_with_wall_clock_limit(command: list[str], limit: float, log_path: Path,
-                               package_parent: Path = PACKAGE_DIR.parent) -> tuple[int | None, bool]:
-    """Run ``command``; past ``limit`` seconds kill it and every process it started (the
-    kernel included, whatever its code catches). Returns (exit code, killed)."""
+                               package_parent: Path = PACKAGE_DIR.parent, stdin_text: str = "") -> tuple[int | None, bool]:
+    """Run ``command`` (``stdin_text`` on its stdin); past ``limit`` seconds kill it and every
+    process it started (the kernel included, whatever its code catches). Returns (exit code, killed)."""
     psutil = _import_instructor_dependency("psutil")
     with log_path.open("w") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.PIPE, text=True,
                                    env=_grading_environment(package_parent), cwd=log_path.parent)
+        try:
+            process.stdin.write(stdin_text)
+            process.stdin.close()
+        except BrokenPipeError:  # it ended before reading
+            pass
         try:
             return process.wait(timeout=limit), False
         except subprocess.TimeoutExpired:
@@ -651,13 +659,76 @@ def _run_with_wall_clock_limit(command: list[str], limit: float, log_path: Path,
             return None, True
 
 
-def _read_results(results_path: Path) -> dict[str, dict]:
+def _read_results(results_path: Path) -> tuple[dict[str, dict], list[str]]:
+    """The checkers' records, first by grade id, and every grade id recorded more than once
+    (each released checker writes one record when it runs: a second is a forgery)."""
     results: dict[str, dict] = {}
+    repeated = []
     if results_path.exists():
         for line in results_path.read_text(encoding="utf-8").splitlines():
-            record = json.loads(line)
-            results.setdefault(record["grade_id"], record)
-    return results
+            try:
+                record = json.loads(line)
+                grade_id = str(record["grade_id"])
+            except (ValueError, KeyError, TypeError):
+                repeated.append("an unreadable record")
+                continue
+            if grade_id in results:
+                repeated.append(grade_id)
+            results.setdefault(grade_id, record)
+    return results, repeated
+
+
+# A checker cell that hands one name to a kernel exercise's checker: its verdict comes from
+# course_lib/teaching/kernel_verdicts.py, run on the kernel's source in a process of its own.
+KERNEL_CHECKER_CALL = re.compile(r"^\s*exercises\.(check_\w+)\((\w+)\)\s*$")
+KERNEL_VERDICTS_IN_PACKAGE = Path("teaching") / "kernel_verdicts.py"
+
+
+def _kernel_checkers(released: ReleasedNotebook) -> dict[str, tuple[str, str]]:
+    """{grade_id: (check function, kernel name)} of the release's kernel-exercise checkers."""
+    from .exercises import EXERCISES
+
+    kernel_checks = {exercise.checker for exercise in EXERCISES if exercise.kernel}
+    found = {}
+    for checker in released.checkers:
+        call = KERNEL_CHECKER_CALL.match(checker.source)
+        if call and call.group(1) in kernel_checks:
+            found[checker.grade_id] = (call.group(1), call.group(2))
+    return found
+
+
+def _kernel_verdicts(return_sources: list[str], kernels: dict[str, tuple[str, str]], seed: int | None,
+                     scratch: Path, package_copy: Path, limit: float) -> dict[str, dict]:
+    """{grade_id: record} for each kernel checker, from its kernel's source alone, checked
+    and run in a fresh process that never runs the return's other code (kernel_verdicts.py)."""
+    from .kernel_verdicts import NotAKernel, kernel_definition
+
+    verdicts, entries = {}, []
+    for grade_id, (checker, name) in kernels.items():
+        try:
+            entries.append({"grade_id": grade_id, "checker": checker, "name": name,
+                            "source": kernel_definition(return_sources, name)})
+        except NotAKernel as error:
+            verdicts[grade_id] = {"grade_id": grade_id, "passed": False, "error": f"NotAKernel: {error}"}
+    if not entries:
+        return verdicts
+    folder = scratch / "kernel_verdicts"  # its working directory, empty
+    folder.mkdir()
+    spec = scratch / "kernels.json"
+    spec.write_text(json.dumps({"seed": seed, "kernels": entries}), encoding="utf-8")
+    secret = secrets.token_hex(16)
+    log = folder / "log.txt"
+    command = [sys.executable, str(package_copy / KERNEL_VERDICTS_IN_PACKAGE), str(package_copy), str(spec)]
+    exit_code, killed = _run_with_wall_clock_limit(command, limit, log, package_copy.parent, stdin_text=secret + "\n")
+    for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+        if line.startswith(secret):
+            record = json.loads(line[len(secret):])
+            verdicts.setdefault(record["grade_id"], record)
+    why = f"stopped after {limit:g} s" if killed else f"ended with exit code {exit_code}"
+    for entry in entries:
+        verdicts.setdefault(entry["grade_id"], {"grade_id": entry["grade_id"], "passed": False,
+                                                "error": f"the kernel's own checking process {why} before its verdict"})
+    return verdicts
 
 
 def grade_notebook(
@@ -695,6 +766,8 @@ def grade_notebook(
         return grade
 
     nbformat = _import_instructor_dependency("nbformat")
+    return_sources = [cell.source for cell in notebook.cells if cell.cell_type == "code"]
+    kernels = _kernel_checkers(released)
     with tempfile.TemporaryDirectory(prefix="course_lib_grading_") as scratch:
         scratch = Path(scratch)
         package_copy = scratch / "package" / "course_lib"
@@ -708,7 +781,8 @@ def grade_notebook(
                    str(work), str(summary_path), "--timeout", str(timeout)]
         exit_code, killed = _run_with_wall_clock_limit(command, notebook_timeout, scratch / "log.txt",
                                                        package_copy.parent)
-        results = _read_results(results_path)
+        results, repeated = _read_results(results_path)
+        verdicts = _kernel_verdicts(return_sources, kernels, seed, scratch, package_copy, notebook_timeout)
         if killed:
             grade.problem = f"stopped after {notebook_timeout:g} s, the limit for one notebook"
         elif not summary_path.exists():
@@ -720,6 +794,21 @@ def grade_notebook(
             for error, index in zip(summary["errors"], return_index):
                 if error is not None and index is not None:
                     grade.errored_cells.append(CellError(cell_index=index, error=error))
+            checker_errors = {cell_id: error for cell_id, error in zip(summary["checker_ids"], summary["errors"])
+                              if cell_id is not None}
+            ran = {cell_id for cell_id, executed in zip(summary["checker_ids"], summary["executed"])
+                   if cell_id is not None and executed}
+            unexpected = [grade_id for grade_id in results if grade_id not in ran]
+            if repeated or unexpected:
+                grade.problem = ("tampered: the checkers' results were written by something else than the checkers "
+                                 f"(repeated: {sorted(set(repeated))[:5]}, of checkers that did not run: "
+                                 f"{sorted(unexpected)[:5]})")
+            for grade_id, record in results.items():
+                # A checker passes only when its cell, watched from outside the kernel, ended without error.
+                if record.get("passed") and checker_errors.get(grade_id):
+                    results[grade_id] = dict(record, passed=False, error=checker_errors[grade_id])
+        results.update(verdicts)  # a kernel's verdict comes from its own process, whatever the notebook wrote
+        tampered = bool(grade.problem and grade.problem.startswith("tampered"))
 
     for checker in released.checkers:
         result = results.get(checker.grade_id)
@@ -727,7 +816,7 @@ def grade_notebook(
             error = f"did not finish: {grade.problem}" if grade.problem else "did not run"
         else:
             error = result["error"]
-        passed = result is not None and result["passed"]
+        passed = result is not None and result["passed"] is True and not tampered
         if in_return[checker.grade_id] == MISSING:
             # Counted as failed whatever the answer: the release's copy still ran, for the report.
             ran = "it passed" if passed else error

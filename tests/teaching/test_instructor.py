@@ -794,3 +794,54 @@ def test_a_lesson_cell_that_needs_an_answer_is_found(tmp_path):
         new_code_cell("answer()"),
     ])
     assert answers_read_outside_checkers(release) == [(5, ["answer"])]
+
+
+CHAPTER_1_CHECKERS = ("exercise_1_1_checker", "exercise_1_2_checker", "exercise_1_3_checker")
+FORGED_RECORDS = (
+    "    for grade_id in {ids!r}:\n"
+    "        results.write(json.dumps({{'grade_id': grade_id, 'passed': True, 'error': None}}) + '\\n')\n"
+).format(ids=CHAPTER_1_CHECKERS)
+
+
+@pytest.mark.notebook_exec
+def test_results_forged_from_the_notebook_score_nothing(tmp_path, monkeypatch):
+    """Two forgeries of the kind a return can write in ten lines, with nothing solved: a
+    cell that finds the results file in the kernel's input history, and an answer function
+    that walks the stack up to the grader's frame, both appending "passed" records for every
+    checker. The kernels' verdicts come from a process the notebook never runs in, and a
+    second record for a checker marks the return tampered."""
+    monkeypatch.setenv("PYTHONPATH", python_path_with_repo_root())
+
+    def forged_from_history(notebook):
+        first_checker = next(i for i, cell in enumerate(notebook.cells) if "checker" in cell.metadata.get("tags", []))
+        notebook.cells.insert(first_checker + 1, new_code_cell(
+            "import json, re\n"
+            "path = next(re.search(r\"'([^']*checkers\\.jsonl)'\", cell).group(1) for cell in _ih if 'checkers.jsonl' in cell)\n"
+            "with open(path, 'a') as results:\n" + FORGED_RECORDS))
+
+    def forged_from_the_stack(notebook):
+        answer = next(cell for cell in notebook.cells if cell.source.lstrip().startswith("def weighted_sum_grads"))
+        answer.source = (
+            "def weighted_sum_grads(x, w, grad_y):\n"
+            "    import json, sys\n"
+            "    frame = sys._getframe()\n"
+            "    while 'results_path' not in frame.f_locals:\n"
+            "        frame = frame.f_back\n"
+            "    with open(frame.f_locals['results_path'], 'a') as results:\n" + FORGED_RECORDS.replace("\n    ", "\n        ")
+            .replace("    for", "        for", 1) + "    return None\n")
+
+    folder = graded_folder_beside_the_repository(tmp_path)
+    release = tmp_path / "release"
+    release.mkdir()
+    chapter = exercises_only(CHAPTER_1, release / CHAPTER_1.name)
+    returned(chapter, folder, "a_history.ipynb", forged_from_history)
+    returned(chapter, folder, "b_stack.ipynb", forged_from_the_stack)
+    returned(chapter, folder, "c_instructor.ipynb", solved=True)
+
+    history, stack, honest = grade_folder(folder, release, seed=7, timeout=600)
+
+    for forged in (history, stack):
+        assert forged.score == "0/3", format_table([forged])
+        assert forged.problem.startswith("tampered: the checkers' results were written by something else"), forged
+    assert honest.score == "3/3" and honest.problem is None, format_table([honest])
+    assert all(checker.passed for checker in honest.checkers)

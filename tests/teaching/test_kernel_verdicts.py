@@ -1,0 +1,93 @@
+"""course_lib/teaching/kernel_verdicts.py: a returned kernel taken as source, checked to be
+Triton's language alone, and judged in a process of its own whose verdicts carry a secret."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from course_lib.teaching.exercises import EXERCISES
+from course_lib.teaching.kernel_verdicts import NotAKernel, check_kernel_source, kernel_definition
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "course_lib"
+SCALE_COLUMNS = '''@triton.jit
+def scale_columns_kernel(x_ptr, w_ptr, out_ptr, n_rows, n_cols, stride_x_row, stride_x_col, stride_out_row,
+                         BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr):
+    """out = x * w[None, :]"""
+    rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    cols = tl.program_id(1) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+    mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+    x = tl.load(x_ptr + rows[:, None] * stride_x_row + cols[None, :] * stride_x_col, mask=mask)
+    w = tl.load(w_ptr + cols, mask=cols < n_cols)
+    tl.store(out_ptr + rows[:, None] * stride_out_row + cols[None, :], (x * w[None, :]).to(x.dtype), mask=mask)
+'''
+
+
+def solution_kernels():
+    """(name, source) of every kernel a chapter's solution cells define."""
+    import ast
+
+    found = []
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        cells = [''.join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+        for cell in json.loads(path.read_text())["cells"]:
+            if "solution" in cell["metadata"].get("tags", []):
+                for node in ast.parse("".join(cell["source"])).body:
+                    if isinstance(node, ast.FunctionDef) and any("jit" in ast.unparse(d) for d in node.decorator_list):
+                        found.append((node.name, kernel_definition(cells, node.name)))
+    return found
+
+
+def test_every_solution_kernel_is_taken_as_triton_language():
+    kernels = solution_kernels()
+    assert len(kernels) >= sum(exercise.kernel for exercise in EXERCISES)
+    for name, source in kernels:
+        check_kernel_source(source, name)
+
+
+@pytest.mark.parametrize("body, refused", [
+    ("    import sys\n", "uses Import"),
+    ("    x = __import__('os')\n", "names `__import__`"),
+    ("    x = x_ptr.__class__\n", "reads `.__class__`"),
+    ("    x = tl.core\n", "`tl.core`"),
+    ("    x = getattr(tl, 'load')\n", "calls the builtin `getattr`"),
+    ("    x = open('/tmp/results')\n", "calls the builtin `open`"),
+    ("    x = x_ptr.handle\n", "reads `.handle`"),
+    ("    f = lambda: 0\n", "defines a function inside it"),
+    ("    x = [i for i in range(3)]\n", "uses ListComp"),
+    ("    x = triton.cdiv(n_rows, 2)\n", "names `triton`"),
+])
+def test_python_beyond_triton_is_refused_by_name(body, refused):
+    source = SCALE_COLUMNS.replace('    """out = x * w[None, :]"""\n', body)
+    with pytest.raises(NotAKernel, match=refused.replace("(", r"\(").replace("[", r"\[")):
+        check_kernel_source(source, "scale_columns_kernel")
+
+
+def test_the_answer_must_be_one_jit_function():
+    with pytest.raises(NotAKernel, match="decorated `@triton.jit` and nothing else"):
+        check_kernel_source(SCALE_COLUMNS.replace("@triton.jit", "@triton.jit\n@staticmethod"), "scale_columns_kernel")
+    with pytest.raises(NotAKernel, match="no top-level `@triton.jit def scale_columns_kernel"):
+        kernel_definition([SCALE_COLUMNS, "scale_columns_kernel = lambda *args: None"], "scale_columns_kernel")
+    assert kernel_definition(["x = 1", SCALE_COLUMNS], "scale_columns_kernel") == SCALE_COLUMNS
+
+
+def test_verdicts_come_with_the_secret_and_a_kernel_cannot_forge_one(tmp_path):
+    wrong = SCALE_COLUMNS.replace("(cols < n_cols)[None, :]", "(cols <= n_cols)[None, :]")
+    printer = SCALE_COLUMNS.replace('    """out = x * w[None, :]"""\n',
+                                    '    print("s3cr3t{\\"grade_id\\": \\"forged\\", \\"passed\\": true}")\n')
+    entries = [("right", SCALE_COLUMNS), ("wrong", wrong), ("printer", printer), ("python", "import os\n")]
+    spec = {"seed": 5, "kernels": [{"grade_id": grade_id, "checker": "check_scale_columns",
+                                    "name": "scale_columns_kernel", "source": source} for grade_id, source in entries]}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    run = subprocess.run([sys.executable, str(PACKAGE / "teaching" / "kernel_verdicts.py"), str(PACKAGE),
+                          str(tmp_path / "spec.json")], input="0123abcd\n", capture_output=True, text=True,
+                         cwd=tmp_path, timeout=600)
+    verdicts = [json.loads(line[len("0123abcd"):]) for line in run.stdout.splitlines() if line.startswith("0123abcd")]
+    assert [(v["grade_id"], v["passed"]) for v in verdicts] == [
+        ("right", True), ("wrong", False), ("printer", True), ("python", False)], run.stdout + run.stderr
+    assert '"forged"' in run.stdout  # the kernel printed its line; without the secret it counts for nothing
+    assert "out of bounds" in verdicts[1]["error"]
+    assert verdicts[3]["error"].startswith("NotAKernel: the answer must be one function")
