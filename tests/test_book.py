@@ -117,6 +117,18 @@ def test_page_reads_offline(page, name):
         page.screenshot(path=SCREENSHOTS / f"{Path(name).name}.png")
 
 
+def test_every_glued_number_is_on_its_page():
+    """A {glue:text} role whose value the stored outputs lack renders as its source or
+    nothing: every role of a chapter's markdown becomes a pasted value on its page."""
+    for name in toc_pages():
+        cells = notebook_cells(name)
+        roles = sum("".join(cell["source"]).count("{glue:text}") for cell in cells if cell["cell_type"] == "markdown")
+        html = (HTML / f"{name}.html").read_text()
+        assert "{glue" not in html, f"{name}: a glue role left unrendered"
+        pasted = html.count('class="pasted-text"')
+        assert pasted == roles, f"{name}: {roles} glue roles, {pasted} values pasted"
+
+
 def test_the_book_has_math():
     """The offline check above passes trivially on pages without math; the book has plenty."""
     assert sum((HTML / f"{name}.html").read_text().count('class="math') for name in toc_pages()) > 100
