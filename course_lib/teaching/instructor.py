@@ -799,14 +799,16 @@ def grade_notebook(
             ran = {cell_id for cell_id, executed in zip(summary["checker_ids"], summary["executed"])
                    if cell_id is not None and executed}
             unexpected = [grade_id for grade_id in results if grade_id not in ran]
-            if repeated or unexpected:
+            # A checker records a pass only once it has returned, and its cell then ends without
+            # error, as the grading process, outside the kernel, sees it: a pass recorded for a
+            # cell that raised was written by something else.
+            contradicted = [grade_id for grade_id, record in results.items()
+                            if record.get("passed") is not False and checker_errors.get(grade_id)]
+            if repeated or unexpected or contradicted:
                 grade.problem = ("tampered: the checkers' results were written by something else than the checkers "
-                                 f"(repeated: {sorted(set(repeated))[:5]}, of checkers that did not run: "
-                                 f"{sorted(unexpected)[:5]})")
-            for grade_id, record in results.items():
-                # A checker passes only when its cell, watched from outside the kernel, ended without error.
-                if record.get("passed") and checker_errors.get(grade_id):
-                    results[grade_id] = dict(record, passed=False, error=checker_errors[grade_id])
+                                 f"(repeated: {sorted(set(repeated))[:5]}; of checkers that did not run: "
+                                 f"{sorted(unexpected)[:5]}; passes of checkers whose cell raised: "
+                                 f"{sorted(contradicted)[:5]})")
         results.update(verdicts)  # a kernel's verdict comes from its own process, whatever the notebook wrote
         tampered = bool(grade.problem and grade.problem.startswith("tampered"))
 

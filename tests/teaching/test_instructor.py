@@ -805,11 +805,12 @@ FORGED_RECORDS = (
 
 @pytest.mark.notebook_exec
 def test_results_forged_from_the_notebook_score_nothing(tmp_path, monkeypatch):
-    """Two forgeries of the kind a return can write in ten lines, with nothing solved: a
-    cell that finds the results file in the kernel's input history, and an answer function
-    that walks the stack up to the grader's frame, both appending "passed" records for every
-    checker. The kernels' verdicts come from a process the notebook never runs in, and a
-    second record for a checker marks the return tampered."""
+    """Three forgeries of the kind a return can write in ten lines, with nothing solved: a
+    cell that finds the results file in the kernel's input history and appends "passed"
+    records for every checker; an answer function that walks the stack up to the grader's
+    frame and does the same; a cell that rewrites the failures already recorded as passes.
+    The kernels' verdicts come from a process the notebook never runs in; a second record
+    for a checker, or a pass for a checker whose cell raised, marks the return tampered."""
     monkeypatch.setenv("PYTHONPATH", python_path_with_repo_root())
 
     def forged_from_history(notebook):
@@ -830,17 +831,28 @@ def test_results_forged_from_the_notebook_score_nothing(tmp_path, monkeypatch):
             "    with open(frame.f_locals['results_path'], 'a') as results:\n" + FORGED_RECORDS.replace("\n    ", "\n        ")
             .replace("    for", "        for", 1) + "    return None\n")
 
+    def failures_rewritten_as_passes(notebook):
+        last_checker = max(i for i, cell in enumerate(notebook.cells) if "checker" in cell.metadata.get("tags", []))
+        notebook.cells.insert(last_checker + 1, new_code_cell(
+            "import json, re\n"
+            "path = next(re.search(r\"'([^']*checkers\\.jsonl)'\", cell).group(1) for cell in _ih if 'checkers.jsonl' in cell)\n"
+            "records = [json.loads(line) for line in open(path)]\n"
+            "with open(path, 'w') as results:\n"
+            "    for record in records:\n"
+            "        results.write(json.dumps(dict(record, passed=True, error=None)) + '\\n')"))
+
     folder = graded_folder_beside_the_repository(tmp_path)
     release = tmp_path / "release"
     release.mkdir()
     chapter = exercises_only(CHAPTER_1, release / CHAPTER_1.name)
     returned(chapter, folder, "a_history.ipynb", forged_from_history)
     returned(chapter, folder, "b_stack.ipynb", forged_from_the_stack)
-    returned(chapter, folder, "c_instructor.ipynb", solved=True)
+    returned(chapter, folder, "c_rewritten.ipynb", failures_rewritten_as_passes)
+    returned(chapter, folder, "d_instructor.ipynb", solved=True)
 
-    history, stack, honest = grade_folder(folder, release, seed=7, timeout=600)
+    history, stack, rewritten, honest = grade_folder(folder, release, seed=7, timeout=600)
 
-    for forged in (history, stack):
+    for forged in (history, stack, rewritten):
         assert forged.score == "0/3", format_table([forged])
         assert forged.problem.startswith("tampered: the checkers' results were written by something else"), forged
     assert honest.score == "3/3" and honest.problem is None, format_table([honest])
