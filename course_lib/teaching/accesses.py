@@ -216,9 +216,17 @@ def _why(argument, access, addresses):
     if access.outside.min() < 0:
         return "before its first element: is an offset negative (a subtraction, or a program id used wrongly)?"
     if not len(argument.sorted_offsets) or access.outside.max() > argument.sorted_offsets[-1]:
+        tile_steps = _tile_steps(argument, addresses)
+        if len(argument.shape) == 1 and len(tile_steps) == 2 and tile_steps[0] not in (None, 0) \
+                and tile_steps[1] in (None, 0):
+            return (f"past its last element, and the tile reads {argument.name} down its rows (axis 0), the "
+                    f"same element across each row: is {argument.name} indexed by the row offsets where it "
+                    "should be by the column offsets (a vector as long as a row: w_ptr + cols, broadcast as "
+                    "w[None, :])?")
+        vector = (f" Being a vector, is {argument.name} indexed by the offsets of the axis it runs along (a "
+                  "vector as long as a row by the columns, not the rows)?") if len(argument.shape) == 1 else ""
         return ("past its last element: is every lane past the last row or column masked off "
-                "(rows < n_rows and cols < n_cols, not <=), and is the mask given to this "
-                f"{access.kind}?")
+                f"(rows < n_rows and cols < n_cols, not <=), and is the mask given to this {access.kind}?{vector}")
     return ("between its elements, in memory it does not own (the rows of a sliced tensor are further "
             "apart than its width): is each offset multiplied by the right stride (the row stride is "
             "stride_x_row, not n_cols)?")

@@ -27,6 +27,7 @@ OUT_OF_BOUNDS = {
     "1.1 cols <= n_cols": ("x_ptr", "load", "not <="),
     "1.1 no row mask": ("x_ptr", "load", "masked off"),
     "1.1 n_cols as row stride": ("x_ptr", "load", "stride_x_row, not n_cols"),
+    "1.1 w indexed by rows": ("w_ptr", "load", "by the columns, not the rows"),
     "1.3 no row mask": ("partial_ptr", "load", "masked off"),
     "2.1 rows <= n_rows": ("x_ptr", "load", "not <="),
     "2.1 n_cols as row stride": ("x_ptr", "load", "stride_x_row, not n_cols"),
