@@ -1,6 +1,6 @@
 # make test  — create/refresh .venv from requirements.txt, run unit tests and nbval on every notebook
 # make book  — build the HTML book into _build/html from the notebooks' stored outputs, then test it in a browser
-# make lab   — open the notebooks in JupyterLab from .venv
+# make lab   — open the notebooks in JupyterLab from .venv (make lab-instructor: with nbgrader's tools)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -24,7 +24,7 @@ PYTEST_NBVAL := --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize
 PACKAGE_TESTS := tests --ignore=tests/teaching/test_instructor.py --ignore=tests/test_book.py \
 	--ignore=tests/test_repository.py --ignore=tests/test_install.py
 
-.PHONY: test test-unit test-notebooks test-triton-latest test-floor book lab set-repository student grade benchmarks training \
+.PHONY: test test-unit test-notebooks test-triton-latest test-floor book lab lab-instructor set-repository student grade benchmarks training \
 	gpu-wheels gpu-run clean
 
 # A virtual environment is rebuilt whenever its pinned requirements change.
@@ -79,8 +79,14 @@ book: $(BIN)/.installed student
 	$(BIN)/python -m pytest $(PYTEST) tests/test_book.py
 
 # LAB_ARGS passes options on, e.g. make lab LAB_ARGS="--no-browser --port 8890".
+# The students' Lab: nbgrader's instructor tools (formgrader and its server extensions) are
+# switched off by scripts/student_lab/; make lab-instructor opens the Lab with them.
 lab: $(BIN)/.installed
-	$(BIN)/jupyter lab notebooks $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
+	JUPYTER_CONFIG_PATH=$(CURDIR)/scripts/student_lab $(BIN)/jupyter lab notebooks \
+		$(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
+
+lab-instructor: $(BIN)/.installed
+	$(BIN)/jupyter lab . $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 # make set-repository URL=https://github.com/OWNER/NAME: the one place (_config.yml) and every
 # install line (notebooks' first cells, README.md, book/setup.md) at once.

@@ -66,3 +66,24 @@ def test_generate_assignment_and_autograde_on_chapter_1(tmp_path):
         scores = {student: gradebook.find_submission_notebook(CHAPTER_1.stem, ASSIGNMENT, student).score
                   for student in ("instructor", "untouched", "tampered")}
     assert scores == {"instructor": 3, "untouched": 0, "tampered": 0}
+
+
+def test_the_students_lab_switches_off_every_nbgrader_tool():
+    """make lab points JUPYTER_CONFIG_PATH at scripts/student_lab: every server extension the
+    installed nbgrader enables, and its JupyterLab extension, are off there (a student's Lab
+    opens without the formgrader and its warning about nbgrader_config.py)."""
+    import importlib.metadata
+    import json
+    import pkgutil
+
+    import nbgrader.server_extensions
+
+    config = REPO_ROOT / "scripts" / "student_lab"
+    server = json.loads((config / "jupyter_server_config.json").read_text())["ServerApp"]["jpserver_extensions"]
+    declared = {f"nbgrader.server_extensions.{module.name}" for module in pkgutil.iter_modules(nbgrader.server_extensions.__path__)}
+    assert declared and {name for name, on in server.items() if on is False} == declared
+    page = json.loads((config / "labconfig" / "page_config.json").read_text())["disabledExtensions"]
+    lab_extensions = [path.parent.name for path in importlib.metadata.distribution("nbgrader").files
+                      if path.name == "package.json" and "labextensions" in str(path)]
+    assert lab_extensions and all(page.get(f"@jupyter/{name}") is True for name in lab_extensions), lab_extensions
+    assert "JUPYTER_CONFIG_PATH=$(CURDIR)/scripts/student_lab" in (REPO_ROOT / "Makefile").read_text()
