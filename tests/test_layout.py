@@ -91,8 +91,9 @@ def test_the_users_api_is_at_the_top():
 
 
 def repository_sources():
-    for path in [*ROOT.glob("tests/**/*.py"), *ROOT.glob("benchmarks/*.py"), *ROOT.glob("scripts/*")]:
-        yield path, path.read_text()
+    for path in [*ROOT.glob("tests/**/*.py"), *ROOT.glob("benchmarks/*.py"), *ROOT.glob("scripts/**/*")]:
+        if path.is_file():
+            yield path, path.read_text()
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         cells = json.loads(path.read_text())["cells"]
         yield path, "\n".join("".join(cell["source"]) for cell in cells if cell["cell_type"] == "code")
