@@ -13,6 +13,8 @@ SEED ?=
 # (python -m course_lib.teaching.instructor grade --help says them).
 CELL_TIMEOUT ?=
 NOTEBOOK_TIMEOUT ?=
+# Host memory (GiB) one returned notebook's processes may hold; empty: the default.
+MEMORY_LIMIT ?=
 NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 # -rs: every skipped test says why (no GPU, no browser, ...).
 PYTEST := -p no:cacheprovider -rs
@@ -102,7 +104,7 @@ grade: $(BIN)/.installed
 	mkdir -p graded
 	$(BIN)/python -m course_lib.teaching.instructor grade $(SUBMISSIONS) --release notebooks --out graded/scores.csv \
 		$(if $(SEED),--seed $(SEED)) $(if $(CELL_TIMEOUT),--timeout $(CELL_TIMEOUT)) \
-		$(if $(NOTEBOOK_TIMEOUT),--notebook-timeout $(NOTEBOOK_TIMEOUT))
+		$(if $(NOTEBOOK_TIMEOUT),--notebook-timeout $(NOTEBOOK_TIMEOUT)) $(if $(MEMORY_LIMIT),--memory-limit $(MEMORY_LIMIT))
 
 benchmarks: $(BIN)/.installed
 	$(BIN)/python -m benchmarks

@@ -53,6 +53,8 @@ CHECKER_POINTS = 1
 KERNEL_NAME = "python3"
 DEFAULT_TIMEOUT = 600
 DEFAULT_NOTEBOOK_TIMEOUT = 3600
+DEFAULT_MEMORY_LIMIT_GIB = 16.0  # host memory of one return's processes (its kernel included)
+MEMORY_POLL_SECONDS = 0.2
 INSTALL_HINT = "pip install nbformat nbclient ipykernel psutil"
 PASSED_MARK = "✓"
 FAILED_MARK = "✗"
@@ -629,10 +631,45 @@ def _restore(folder: Path, snapshot: dict[str, bytes], exclude=frozenset()) -> l
     return names
 
 
+def _kill_family(process, psutil) -> None:
+    """Kill ``process`` and every process it started (a kernel, whatever its code catches)."""
+    try:
+        parent = psutil.Process(process.pid)
+        family = [*parent.children(recursive=True), parent]
+    except psutil.NoSuchProcess:
+        family = []
+    for member in family:
+        try:
+            member.kill()
+        except psutil.NoSuchProcess:
+            pass
+    process.wait()
+
+
+def _family_memory(process, psutil) -> int:
+    """Resident host memory of ``process`` and every process it started, in bytes."""
+    try:
+        parent = psutil.Process(process.pid)
+        family = [parent, *parent.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0
+    total = 0
+    for member in family:
+        try:
+            total += member.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
 def _run_with_wall_clock_limit(command: list[str], limit: float, log_path: Path,
-                               package_parent: Path = PACKAGE_DIR.parent, stdin_text: str = "") -> tuple[int | None, bool]:
-    """Run ``command`` (``stdin_text`` on its stdin); past ``limit`` seconds kill it and every
-    process it started (the kernel included, whatever its code catches). Returns (exit code, killed)."""
+                               package_parent: Path = PACKAGE_DIR.parent, stdin_text: str = "",
+                               memory_limit: float | None = None) -> tuple[int | None, str | None]:
+    """Run ``command`` (``stdin_text`` on its stdin); past ``limit`` seconds, or once it and
+    the processes it started hold more than ``memory_limit`` bytes of host memory, kill them
+    all. Returns (exit code, None) or (None, why it was killed)."""
+    import time
+
     psutil = _import_instructor_dependency("psutil")
     with log_path.open("w") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.PIPE, text=True,
@@ -642,21 +679,19 @@ def _run_with_wall_clock_limit(command: list[str], limit: float, log_path: Path,
             process.stdin.close()
         except BrokenPipeError:  # it ended before reading
             pass
-        try:
-            return process.wait(timeout=limit), False
-        except subprocess.TimeoutExpired:
+        deadline = time.monotonic() + limit
+        while True:
             try:
-                parent = psutil.Process(process.pid)
-                family = [*parent.children(recursive=True), parent]
-            except psutil.NoSuchProcess:
-                family = []
-            for member in family:
-                try:
-                    member.kill()
-                except psutil.NoSuchProcess:
-                    pass
-            process.wait()
-            return None, True
+                return process.wait(timeout=max(0.0, min(MEMORY_POLL_SECONDS, deadline - time.monotonic()))), None
+            except subprocess.TimeoutExpired:
+                pass
+            if time.monotonic() >= deadline:
+                _kill_family(process, psutil)
+                return None, f"stopped after {limit:g} s, the limit for one notebook"
+            if memory_limit is not None and _family_memory(process, psutil) > memory_limit:
+                _kill_family(process, psutil)
+                return None, (f"stopped when it held more than {memory_limit / 2**30:g} GiB of host memory, "
+                              "the limit for one notebook")
 
 
 def _read_results(results_path: Path) -> tuple[dict[str, dict], list[str]]:
@@ -698,7 +733,8 @@ def _kernel_checkers(released: ReleasedNotebook) -> dict[str, tuple[str, str]]:
 
 
 def _kernel_verdicts(return_sources: list[str], kernels: dict[str, tuple[str, str]], seed: int | None,
-                     scratch: Path, package_copy: Path, limit: float) -> dict[str, dict]:
+                     scratch: Path, package_copy: Path, limit: float,
+                     memory_limit: float | None = None) -> dict[str, dict]:
     """{grade_id: record} for each kernel checker, from its kernel's source alone, checked
     and run in a fresh process that never runs the return's other code (kernel_verdicts.py)."""
     from .kernel_verdicts import NotAKernel, kernel_definition
@@ -719,12 +755,13 @@ def _kernel_verdicts(return_sources: list[str], kernels: dict[str, tuple[str, st
     secret = secrets.token_hex(16)
     log = folder / "log.txt"
     command = [sys.executable, str(package_copy / KERNEL_VERDICTS_IN_PACKAGE), str(package_copy), str(spec)]
-    exit_code, killed = _run_with_wall_clock_limit(command, limit, log, package_copy.parent, stdin_text=secret + "\n")
+    exit_code, killed = _run_with_wall_clock_limit(command, limit, log, package_copy.parent, stdin_text=secret + "\n",
+                                                   memory_limit=memory_limit)
     for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
         if line.startswith(secret):
             record = json.loads(line[len(secret):])
             verdicts.setdefault(record["grade_id"], record)
-    why = f"stopped after {limit:g} s" if killed else f"ended with exit code {exit_code}"
+    why = killed or f"ended with exit code {exit_code}"
     for entry in entries:
         verdicts.setdefault(entry["grade_id"], {"grade_id": entry["grade_id"], "passed": False,
                                                 "error": f"the kernel's own checking process {why} before its verdict"})
@@ -739,6 +776,7 @@ def grade_notebook(
     timeout: int = DEFAULT_TIMEOUT,
     notebook_timeout: float = DEFAULT_NOTEBOOK_TIMEOUT,
     package: dict[str, bytes] | None = None,
+    memory_limit_gib: float | None = DEFAULT_MEMORY_LIMIT_GIB,
 ) -> NotebookGrade:
     """Grade the returned notebook at ``path`` against the released notebook it comes from.
 
@@ -747,7 +785,8 @@ def grade_notebook(
     imported afresh, on hidden inputs drawn from ``seed`` (None: the checkers' own random
     inputs). A checker passes only when it returned. ``timeout`` bounds each cell (the cell
     is interrupted); ``notebook_timeout`` the whole run, past which the process running it
-    and its kernel are killed.
+    and its kernel are killed, as they are once they hold more than ``memory_limit_gib``
+    GiB of host memory together (None: no limit).
 
     The return runs in a scratch folder of its own, with a copy of the package made from
     ``package`` (a :func:`_snapshot` of it, taken once for a whole class; now, if None):
@@ -779,12 +818,14 @@ def grade_notebook(
         nbformat.write(graded, scratch / "graded.ipynb")
         command = [sys.executable, "-m", "course_lib.teaching.instructor", "run-graded", str(scratch / "graded.ipynb"),
                    str(work), str(summary_path), "--timeout", str(timeout)]
+        memory_limit = None if memory_limit_gib is None else memory_limit_gib * 2**30
         exit_code, killed = _run_with_wall_clock_limit(command, notebook_timeout, scratch / "log.txt",
-                                                       package_copy.parent)
+                                                       package_copy.parent, memory_limit=memory_limit)
         results, repeated = _read_results(results_path)
-        verdicts = _kernel_verdicts(return_sources, kernels, seed, scratch, package_copy, notebook_timeout)
+        verdicts = _kernel_verdicts(return_sources, kernels, seed, scratch, package_copy, notebook_timeout,
+                                    memory_limit)
         if killed:
-            grade.problem = f"stopped after {notebook_timeout:g} s, the limit for one notebook"
+            grade.problem = killed
         elif not summary_path.exists():
             last_line = (scratch / "log.txt").read_text(errors="replace").strip().splitlines()[-1:]
             grade.problem = f"the grading process failed (exit code {exit_code}): {' '.join(last_line)}"
@@ -838,6 +879,7 @@ def grade_folder(
     on_start: Callable[[Path], None] | None = None,
     on_graded: Callable[[list[NotebookGrade]], None] | None = None,
     grader_files=(),
+    memory_limit_gib: float | None = DEFAULT_MEMORY_LIMIT_GIB,
 ) -> list[NotebookGrade]:
     """Grade every ``*.ipynb`` in ``folder``, sorted by name, against the notebooks of
     ``release_dir``; ``on_start`` sees each path first, ``on_graded`` the grades so far
@@ -863,7 +905,7 @@ def grade_folder(
         else:
             try:
                 grade = grade_notebook(path, release, seed=seed, timeout=timeout, notebook_timeout=notebook_timeout,
-                                       package=guarded[PACKAGE_DIR])
+                                       package=guarded[PACKAGE_DIR], memory_limit_gib=memory_limit_gib)
             except Exception as error:  # a fault of the grader's, not the student's: say it, go on
                 grade = NotebookGrade(notebook=path.name, problem=f"grading failed: {_error_line(type(error).__name__, str(error))}")
             written = [f"{place.name}/{name}" for place, snapshot in guarded.items()
@@ -1038,6 +1080,11 @@ def _build_parser() -> argparse.ArgumentParser:
         "--notebook-timeout", metavar="SECONDS", type=float, default=DEFAULT_NOTEBOOK_TIMEOUT,
         help=f"longest one notebook may run before its process and kernel are killed (default {DEFAULT_NOTEBOOK_TIMEOUT})",
     )
+    grade.add_argument(
+        "--memory-limit", metavar="GIB", type=float, default=DEFAULT_MEMORY_LIMIT_GIB,
+        help="host memory one notebook's processes may hold together before they are killed "
+             f"(default {DEFAULT_MEMORY_LIMIT_GIB:g})",
+    )
     stamp = commands.add_parser(
         "stamp",
         help="give the exercise cells of notebooks their ids and nbgrader metadata",
@@ -1077,6 +1124,7 @@ def _grade_command(arguments) -> None:
         seed=seed,
         timeout=arguments.timeout,
         notebook_timeout=arguments.notebook_timeout,
+        memory_limit_gib=arguments.memory_limit,
         on_start=lambda path: print(f"grading {path.name} ...", file=sys.stderr),
         on_graded=save,
         grader_files=[arguments.out] if arguments.out else [],

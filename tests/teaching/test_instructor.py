@@ -477,6 +477,19 @@ def test_a_notebook_that_ignores_interrupts_is_killed_at_its_wall_clock_limit(tm
     assert grade.checkers[0].error == "did not finish: stopped after 20 s, the limit for one notebook"
 
 
+def test_a_notebook_that_hoards_memory_is_killed_at_its_memory_limit(tmp_path):
+    release = write_release(tmp_path / "release")
+
+    def hoard(notebook):
+        notebook.cells.insert(1, new_code_cell(
+            "import time\nheld = []\nwhile True:\n    held.append(b'x' * 20_000_000)\n    time.sleep(0.02)"))
+
+    path = returned(release, tmp_path / "returned", "hoards.ipynb", hoard)
+    grade = grade_one(tmp_path, path, timeout=120, notebook_timeout=120, memory_limit_gib=1.5)
+    assert grade.problem == "stopped when it held more than 1.5 GiB of host memory, the limit for one notebook"
+    assert not grade.checkers[0].passed
+
+
 def test_a_return_that_writes_to_the_package_or_other_returns_changes_nothing(tmp_path):
     """It runs in a scratch folder with a copy of the package; what it writes to the real
     package, the release or the other returns is put back, and it scores nothing."""
