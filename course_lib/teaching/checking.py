@@ -8,6 +8,7 @@ answers.
 
 import contextlib
 import sys
+import threading
 from pathlib import Path
 
 import torch
@@ -176,6 +177,14 @@ def _refuse_to_answer(*args, **kwargs):
         "that answers it outright may not be called")
 
 
+def _with_twin(function):
+    """``function`` and its copy in ``sys.modules`` under ``course_lib.<room>.<module>`` (a
+    grader loads the checkers apart from the package the notebook imported)."""
+    module_name = "course_lib." + function.__module__.split(".", 1)[-1]
+    twin = getattr(sys.modules.get(module_name), function.__name__, None)
+    return list({id(f): f for f in (function, twin) if hasattr(f, "__code__")}.values())
+
+
 @contextlib.contextmanager
 def refusing_calls(function):
     """Make ``function`` raise while the block runs, under whatever name the student's
@@ -183,10 +192,7 @@ def refusing_calls(function):
     ``from course_lib.core.references import softmax_backward`` are caught too. The copy in
     ``sys.modules`` under ``course_lib.<room>.<module>`` is refused as well, since a grader may
     have loaded the checkers apart from the package the notebook imported."""
-    module_name = "course_lib." + function.__module__.split(".", 1)[-1]
-    twin = getattr(sys.modules.get(module_name), function.__name__, None)
-    functions = {id(f): f for f in (function, twin) if hasattr(f, "__code__")}.values()
-    saved = [(f, f.__code__) for f in functions]
+    saved = [(f, f.__code__) for f in _with_twin(function)]
     try:
         for f, _ in saved:
             f.__code__ = _refuse_to_answer.__code__
@@ -194,3 +200,50 @@ def refusing_calls(function):
     finally:
         for f, code in saved:
             f.__code__ = code
+
+
+# The autograd engine's entry point: torch.autograd.grad, .backward() and torch.func's
+# transforms all reach it (torch.autograd.Variable._execution_engine.run_backward).
+_AUTOGRAD_ENGINE_CALL = "run_backward"
+
+
+def _same_code(a, b):
+    """``a`` is ``b`` or a copy of it (a student's own function of the same formula is not:
+    its code comes from another file)."""
+    return a is b or (a.co_filename == b.co_filename and a.co_firstlineno == b.co_firstlineno
+                      and a.co_code == b.co_code and a.co_consts == b.co_consts)
+
+
+@contextlib.contextmanager
+def without_autograd(name, *references):
+    """The block (a call of the student's answer) must compute its result from the formula:
+    under torch.no_grad, with ``references`` refused (``refusing_calls``), and watched by a
+    profiling hook that sees autograd's engine run, or any function whose code is one of the
+    references' (a copy of its code object too), even inside ``torch.enable_grad()`` or a
+    thread the answer starts. Raises ExerciseError naming what the answer did."""
+    watched = [f.__code__ for reference in references for f in _with_twin(reference)]
+    seen = []
+
+    def hook(frame, event, arg):
+        if event == "c_call" and getattr(arg, "__name__", "") == _AUTOGRAD_ENGINE_CALL:
+            seen.append("it runs autograd (torch.autograd.grad, .backward() or torch.func)")
+        elif event == "call" and any(_same_code(frame.f_code, code) for code in watched):
+            seen.append(f"it calls course_lib's {frame.f_code.co_name}, which answers the exercise outright")
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(torch.no_grad())
+        for reference in references:
+            stack.enter_context(refusing_calls(reference))
+        previous, previous_threads = sys.getprofile(), threading.getprofile()
+        sys.setprofile(hook)
+        threading.setprofile(hook)
+        try:
+            yield
+        finally:
+            replaced = sys.getprofile() is not hook
+            sys.setprofile(previous)
+            threading.setprofile(previous_threads)
+        if replaced:
+            seen.append("it replaced the profiling hook the checker watches it with (sys.setprofile)")
+    if seen:
+        raise ExerciseError(f"{name}: the answer must compute the result from the formula, but {seen[0]}")

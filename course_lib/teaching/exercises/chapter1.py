@@ -6,7 +6,7 @@ import triton
 
 from ...core import references
 from ...core.runtime import DEVICE
-from ..checking import ExerciseError, compare, refusing_calls, run_student_code
+from ..checking import ExerciseError, compare, run_student_code, without_autograd
 from ..student_kernels import kernel_runs, report_speed, require_kernel, run_interpreted
 from .common import Exercise, hidden_case, matches, random_size
 
@@ -63,7 +63,7 @@ def check_weighted_sum_grads(weighted_sum_grads):
         w = torch.randn(shape[-1], dtype=torch.float64)
         grad_y = torch.randn(shape[:-1], dtype=torch.float64)
         # the answer must come from the formulas, not from autograd or the reference
-        with torch.no_grad(), refusing_calls(references.weighted_sum_backward):
+        with without_autograd(name, references.weighted_sum_backward):
             result = run_student_code(name, weighted_sum_grads, x, w, grad_y)
         if not (isinstance(result, tuple) and len(result) == 2):
             raise ExerciseError(f"{name}: return a tuple (grad_x, grad_w), got {type(result).__name__}")

@@ -7,7 +7,7 @@ import triton
 
 from ...core import references
 from ...core.runtime import DEVICE, ON_GPU, multiprocessor_count
-from ..checking import ExerciseError, compare, run_student_code
+from ..checking import ExerciseError, compare, run_student_code, without_autograd
 from ..student_kernels import kernel_runs, report_speed, require_kernel
 from .common import Exercise, hidden_case, matches, random_size, without_mask_hints
 
@@ -237,7 +237,7 @@ def check_layernorm_dx(layernorm_dx):
         (expected,) = torch.autograd.grad(references.layernorm(x, gamma, None, EPS), x, grad_y)
         x = x.detach()
         mean, rstd = _layernorm_stats64(x, EPS)
-        with torch.no_grad():  # the answer must come from the formula, not from autograd
+        with without_autograd(name):  # the answer must come from the formula, not from autograd
             got = run_student_code(name, layernorm_dx, x.clone(), gamma.clone(), grad_y.clone(),
                                    mean.clone(), rstd.clone())
         what = f"{name}, x of shape {shape} (mean and rstd of shape {tuple(mean.shape)})"

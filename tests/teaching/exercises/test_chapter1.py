@@ -53,6 +53,53 @@ def test_weighted_sum_grads_checker(capsys):
         exercises.check_weighted_sum_grads(lambda x, w, g: g[..., None] * w)
 
 
+def by_autograd(x, w, g):
+    """The gradients from autograd, with grad switched back on inside the answer."""
+    with torch.enable_grad():
+        x, w = x.clone().requires_grad_(), w.clone().requires_grad_()
+        return torch.autograd.grad(references.weighted_sum(x, w), (x, w), g)
+
+
+def by_autograd_in_a_thread(x, w, g):
+    import threading
+
+    found = []
+    thread = threading.Thread(target=lambda: found.append(by_autograd(x, w, g)))
+    thread.start()
+    thread.join()
+    return found[0]
+
+
+def by_a_copy_of_the_reference(x, w, g):
+    import types
+
+    copy = types.FunctionType(UNGUARDED_REFERENCE, references.__dict__)
+    return copy(x, w, g)
+
+
+UNGUARDED_REFERENCE = references.weighted_sum_backward.__code__
+
+
+def by_hiding_from_the_hook(x, w, g):
+    import sys
+
+    sys.setprofile(None)
+    return by_autograd(x, w, g)
+
+
+@pytest.mark.parametrize("answer, message", [
+    (by_autograd, "it runs autograd"),
+    (by_autograd_in_a_thread, "it runs autograd"),
+    (by_a_copy_of_the_reference, "it calls course_lib's weighted_sum_backward"),
+    (by_hiding_from_the_hook, "replaced the profiling hook"),
+])
+def test_weighted_sum_grads_must_come_from_the_formula(answer, message):
+    """The issue's bypasses of "without autograd": grad switched back on inside the answer
+    (in a thread too), the reference's code object copied, the checker's hook removed."""
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_weighted_sum_grads(answer)
+
+
 def _column_sum(mistakes=None):
     return solution("01_weighted_sum", "1.3", mistakes).column_sum_kernel
 
