@@ -75,13 +75,13 @@ def glue(name, value, fmt=None):
     """Make ``value`` quotable in the chapter's markdown as {glue:text}`name` (MyST-NB's
     glue, written without needing myst_nb installed). ``fmt`` (a format spec such as
     ".2f" or ".0%") decides how the number reads in the prose; the text is what the book
-    shows, so a sentence quoting it changes when the measurement does. Returns the text."""
+    shows, so a sentence quoting it changes when the measurement does. Returns nothing (a
+    returned value would show as the cell's result when glue ends the cell)."""
     from IPython.display import display
 
     text = format(value, fmt) if fmt else str(value)
     display({GLUE_MIME_PREFIX + "text/plain": text}, raw=True,
             metadata={"scrapbook": {"name": name, "mime_prefix": GLUE_MIME_PREFIX}})
-    return text
 
 
 class ClaimContradicted(AssertionError):

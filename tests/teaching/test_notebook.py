@@ -5,7 +5,8 @@ from course_lib.core import references
 import pytest
 import torch
 
-from course_lib.teaching.notebook import draw_timeline, host_and_gpu_events, section_of, show_source, source_of
+from course_lib.teaching.notebook import (GLUE_MIME_PREFIX, ClaimContradicted, claim, draw_timeline, excerpt_of, glue,
+                                          host_and_gpu_events, section_of, show_source, source_of)
 from course_lib.kernels.weighted_sum_op import weighted_sum_forward_kernel
 
 
@@ -58,3 +59,30 @@ def test_timeline_of_a_profiled_step_has_host_rows_and_draws():
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as bare:
             x.sum()
         host_and_gpu_events(bare)
+
+
+def test_glue_writes_what_myst_nb_reads_and_shows_nothing(monkeypatch):
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda data, raw, metadata: shown.append((data, metadata)))
+    assert glue("ch0_speed", 0.9349, ".2f") is None
+    assert shown == [({GLUE_MIME_PREFIX + "text/plain": "0.93"},
+                      {"scrapbook": {"name": "ch0_speed", "mime_prefix": GLUE_MIME_PREFIX}})]
+
+
+def test_claim_quotes_the_sentence_the_data_turns_over():
+    claim("A beats B", True)
+    with pytest.raises(ClaimContradicted, match=r"the chapter says 'A beats B', but this run's data does not: 3 > 2"):
+        claim("A beats B", False, evidence="3 > 2")
+
+
+def test_an_excerpt_is_cut_by_its_markers_and_a_drifted_marker_raises():
+    from course_lib.kernels.weighted_sum_op import weighted_sum_forward_kernel
+
+    excerpt = excerpt_of(weighted_sum_forward_kernel, "y = tl.sum(acc", "tl.store(")
+    assert excerpt.splitlines()[0].strip().startswith("y = tl.sum(acc") and "tl.store(" in excerpt.splitlines()[-1]
+    block = excerpt_of(references.weighted_sum, "def weighted_sum")
+    assert block.startswith("def weighted_sum(") and block.rstrip().endswith("return (x * weight).sum(dim=-1)")
+    with pytest.raises(ValueError, match="contains 'no such line'"):
+        excerpt_of(weighted_sum_forward_kernel, "no such line")
+    with pytest.raises(ValueError, match="no line after"):
+        excerpt_of(weighted_sum_forward_kernel, "y = tl.sum(acc", "no such end")
