@@ -62,6 +62,7 @@ def test_timeline_of_a_profiled_step_has_host_rows_and_draws():
 
 
 def test_glue_writes_what_myst_nb_reads_and_shows_nothing(monkeypatch):
+    pytest.importorskip("IPython", reason="glue runs in notebooks, where IPython is; the package does not need it")
     shown = []
     monkeypatch.setattr("IPython.display.display", lambda data, raw, metadata: shown.append((data, metadata)))
     assert glue("ch0_speed", 0.9349, ".2f") is None
