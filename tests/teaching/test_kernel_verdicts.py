@@ -13,17 +13,12 @@ from course_lib.teaching.kernel_verdicts import NotAKernel, check_kernel_source,
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "course_lib"
-SCALE_COLUMNS = '''@triton.jit
-def scale_columns_kernel(x_ptr, w_ptr, out_ptr, n_rows, n_cols, stride_x_row, stride_x_col, stride_out_row,
-                         BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr):
-    """out = x * w[None, :]"""
-    rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    cols = tl.program_id(1) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-    mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
-    x = tl.load(x_ptr + rows[:, None] * stride_x_row + cols[None, :] * stride_x_col, mask=mask)
-    w = tl.load(w_ptr + cols, mask=cols < n_cols)
-    tl.store(out_ptr + rows[:, None] * stride_out_row + cols[None, :], (x * w[None, :]).to(x.dtype), mask=mask)
-'''
+# Exercise 1.1's kernel as its notebook's solution cell defines it, and the line of its body
+# before which the tests below write what a return might.
+SCALE_COLUMNS = kernel_definition(
+    ["".join(cell["source"]) for cell in json.loads((ROOT / "notebooks" / "01_weighted_sum.ipynb").read_text())["cells"]
+     if cell["cell_type"] == "code"], "scale_columns_kernel")
+BODY_START = "    # BEGIN SOLUTION\n"
 
 
 def solution_kernels():
@@ -61,7 +56,7 @@ def test_every_solution_kernel_is_taken_as_triton_language():
     ("    x = triton.cdiv(n_rows, 2)\n", "names `triton`"),
 ])
 def test_python_beyond_triton_is_refused_by_name(body, refused):
-    source = SCALE_COLUMNS.replace('    """out = x * w[None, :]"""\n', body)
+    source = SCALE_COLUMNS.replace(BODY_START, body + BODY_START)
     with pytest.raises(NotAKernel, match=refused.replace("(", r"\(").replace("[", r"\[")):
         check_kernel_source(source, "scale_columns_kernel")
 
@@ -76,7 +71,7 @@ def test_the_answer_must_be_one_jit_function():
 
 def test_verdicts_come_with_the_secret_and_a_kernel_cannot_forge_one(tmp_path):
     wrong = SCALE_COLUMNS.replace("(cols < n_cols)[None, :]", "(cols <= n_cols)[None, :]")
-    printer = SCALE_COLUMNS.replace('    """out = x * w[None, :]"""\n',
+    printer = SCALE_COLUMNS.replace(BODY_START,
                                     '    print("s3cr3t{\\"grade_id\\": \\"forged\\", \\"passed\\": true}")\n')
     entries = [("right", SCALE_COLUMNS), ("wrong", wrong), ("printer", printer), ("python", "import os\n")]
     spec = {"seed": 5, "kernels": [{"grade_id": grade_id, "checker": "check_scale_columns",
