@@ -8,7 +8,8 @@
 # "training" one file per part of chapter 6's runs, merged into course_lib/results/training/.
 # Logs go to $GPU_RUN_LOGS (default gpu-run-logs/). $UNIT_TESTS narrows the unit step to
 # some test paths (default: tests). "execute" runs each notebook on its own, so that one that
-# fails does not keep the others from running; the step then fails at its end.
+# fails does not keep the others from running; the step then fails at its end. $NOTEBOOKS
+# narrows "execute" and "nbval" to some notebooks (default: notebooks/*.ipynb).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 wheels=${1:-.whl}
@@ -43,11 +44,11 @@ run_step() {
     profile) python3 -m benchmarks.profile_step 2>&1 | tee "$logs/profile_step.log" ;;
     execute)
       failed=0
-      for notebook in notebooks/*.ipynb; do
+      for notebook in ${NOTEBOOKS:-notebooks/*.ipynb}; do
         python3 -m course_lib.teaching.instructor execute "$notebook" 2>&1 | tee -a "$logs/execute.log" || failed=1
       done
       return $failed ;;
-    nbval) python3 -m pytest notebooks/*.ipynb -q -p no:cacheprovider --nbval --nbval-current-env \
+    nbval) python3 -m pytest ${NOTEBOOKS:-notebooks/*.ipynb} -q -p no:cacheprovider --nbval --nbval-current-env \
              --nbval-sanitize-with nbval_sanitize.cfg 2>&1 | tee "$logs/nbval.log" ;;
     *) echo "unknown step $1: expected unit, benchmarks, training, profile, execute or nbval" >&2; exit 2 ;;
   esac

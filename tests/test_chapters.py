@@ -13,24 +13,6 @@ from course_lib.teaching.notebook import GLUE_MIME_PREFIX
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-# Chapters whose rewrite to these rules (notebooks/awaiting_gpu/) waits for a GPU run to store
-# its outputs: the rules the chapter on the main path breaks still, each an expected failure
-# until the rewrite, run on a GPU, takes its place.
-AWAITING_GPU = ROOT / "notebooks" / "awaiting_gpu"
-PENDING_REWRITE = {
-    "03_layernorm": {"measurement", "source", "wall", "main path"},
-    "04_coordinate_descent": {"measurement", "source", "wall", "main path"},
-    "05_kernel_to_layer": {"source", "wall"},
-}
-
-
-def chapters(rule):
-    """Every notebook, those whose rewrite is pending marked as failing this rule."""
-    return [pytest.param(path, id=path.stem, marks=pytest.mark.xfail(
-                strict=True, reason=f"{path.stem}'s rewrite awaits its GPU run (notebooks/awaiting_gpu/)"))
-            if rule in PENDING_REWRITE.get(path.stem, ()) else pytest.param(path, id=path.stem)
-            for path in NOTEBOOKS]
-
 MAX_SOURCE_SHARE = 0.25       # printed library source, of a chapter's text output
 MAX_OUTPUT_LINES = 60         # text lines one cell shows
 MAX_MAIN_PATH_WORDS = 3600    # "about 3500": markdown words before the optional sections
@@ -110,7 +92,7 @@ def glued_names(cell):
             if "scrapbook" in o.get("metadata", {})]
 
 
-@pytest.mark.parametrize("path", chapters("measurement"))
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
 def test_no_measurement_is_typed_into_the_prose(path):
     typed = {i: hand_typed_measurements(source(c)) for i, c in enumerate(cells(path)) if c["cell_type"] == "markdown"}
     typed = {i: found for i, found in typed.items() if found}
@@ -138,7 +120,7 @@ def test_glued_measurements_are_left_out_of_nbval(path):
                 f"{path.name} cell {i} glues {glued_names(cell)} without the nbval-ignore-output tag")
 
 
-@pytest.mark.parametrize("path", chapters("source"))
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
 def test_printed_source_is_a_small_part_of_the_output(path):
     total = printed = 0
     for cell in cells(path):
@@ -153,7 +135,7 @@ def test_printed_source_is_a_small_part_of_the_output(path):
         f"{path.name}: printed source is {printed / total:.0%} of the text output (at most {MAX_SOURCE_SHARE:.0%})")
 
 
-@pytest.mark.parametrize("path", chapters("wall"))
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
 def test_no_cell_shows_a_wall_of_text(path):
     for i, cell in enumerate(cells(path)):
         lines = sum(text_of(o).count("\n") for o in cell.get("outputs", []))
@@ -162,7 +144,7 @@ def test_no_cell_shows_a_wall_of_text(path):
             "or the few rows the prose discusses instead")
 
 
-@pytest.mark.parametrize("path", chapters("main path"))
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
 def test_the_main_path_is_short_and_detours_come_last(path):
     words = sum(len(text.split()) for text in main_path(path))
     assert words <= MAX_MAIN_PATH_WORDS, (
@@ -192,12 +174,3 @@ def test_the_measurement_rule_knows_a_measurement():
     assert not hand_typed_measurements("### Exercise 2.3: rows longer than a tile; see Exercise 1.1")
     assert not hand_typed_measurements("it runs {glue:text}`launch_us:.1f` µs")
 
-
-@pytest.mark.parametrize("stem", sorted(PENDING_REWRITE))
-def test_each_pending_rewrite_keeps_the_rules_its_outputs_do_not_decide(stem):
-    """The rewrite waiting for its GPU run exists, and already keeps the rules that read its
-    markdown alone: no typed measurement, a short main path with detours last."""
-    rewrite = AWAITING_GPU / f"{stem}.ipynb"
-    assert rewrite.exists(), f"{stem} is marked pending, but {rewrite} is missing"
-    test_no_measurement_is_typed_into_the_prose(rewrite)
-    test_the_main_path_is_short_and_detours_come_last(rewrite)
