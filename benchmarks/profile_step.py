@@ -2,6 +2,7 @@
 
     python -m benchmarks.profile_step                      # LayerNorm bfloat16 16384 x 1024
     python -m benchmarks.profile_step --kernel softmax --shape 64,1024,1024 --trace step.json
+    python -m benchmarks.profile_step --kernel weighted_sum --python 25   # the step's Python, by function
 
 For course_lib (and for course_lib again with every launch through kernel[grid], which
 shows what ``runtime.launch`` saves) and for torch eager, one step as a user's loop runs it (gradients set to
@@ -15,6 +16,9 @@ speed it up, and faster kernels do not.
 
 import argparse
 import contextlib
+import cProfile
+import io
+import pstats
 import statistics
 import time
 
@@ -84,6 +88,24 @@ def profile(step, steps=5):
     return gpu_us, len(gpu) / steps, host, prof
 
 
+def python_profile(step, top, runs=200):
+    """The ``top`` Python functions of a step by their own host time (cProfile over ``runs``
+    steps, the GPU kept busy), as pstats prints them: which Python lines a lean path removes."""
+    for _ in range(5):
+        step()
+    torch.cuda.synchronize()
+    torch.cuda._sleep(4_000_000_000)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(runs):
+        step()
+    profiler.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(top)
+    return text.getvalue()
+
+
 def timeline(host_events):
     """Lines 'thread  start  duration  name' of the host events of one step, in µs."""
     return [f"  {row:>13} {start:9.1f} {duration:8.1f}  {name}" for row, name, start, duration in host_events]
@@ -95,6 +117,8 @@ def main():
     parser.add_argument("--shape", help="comma-separated, default per kernel")
     parser.add_argument("--dtype", default="bfloat16", choices=["float32", "float16", "bfloat16"])
     parser.add_argument("--trace", help="write the course_lib step's Chrome trace here")
+    parser.add_argument("--python", type=int, metavar="TOP", help="also print the TOP Python functions of "
+                        "course_lib's step by their own time (cProfile)")
     arguments = parser.parse_args()
     require_gpu("profiling")
     ours, theirs, input_shapes = KERNELS[arguments.kernel]
@@ -124,6 +148,9 @@ def main():
         print("\n".join(timeline(host_events)))
         if impl == "course_lib" and arguments.trace:
             prof.export_chrome_trace(arguments.trace)
+    if arguments.python:
+        print(f"\ncourse_lib's step, its Python by function (cProfile, {arguments.python} by own time):")
+        print(python_profile(steps["course_lib"], arguments.python))
 
 
 if __name__ == "__main__":

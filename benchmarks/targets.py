@@ -23,7 +23,8 @@ GRAPHS = "× torch.compile, both in CUDA graphs"  # course_lib.cudagraphs agains
 PEER = "× colt5_attention"  # the routed block against the colt5-attention package
 PEAK_VS_PEER = "peak ÷ colt5_attention's"
 PEAK_VS_COMPILE = "peak ÷ torch.compile's"
-AT_MOST = {MEMORY, PEAK_VS_PEER, PEAK_VS_COMPILE}  # every other measure is a lower bound
+HOST = "host time ÷ torch eager's"  # of a training step, on the host alone ("host" rows)
+AT_MOST = {MEMORY, PEAK_VS_PEER, PEAK_VS_COMPILE, HOST}  # every other measure is a lower bound
 
 WIDE_ROW = 2**17  # the wide-row targets' width
 
@@ -101,6 +102,9 @@ TARGETS = [
     Target("coor_descent", "step", "every shape", _everywhere, EAGER, 10.0),
     Target("coor_descent", "step", "every shape", _everywhere, COMPILE, 1.5),
     Target("coor_descent", "step", "every shape", _everywhere, GRAPHS, 3.0),
+    # The host's time for the eager training step (benchmarks/host.py), against torch eager's.
+    *(Target(kernel, "host", "every shape", _everywhere, HOST, 1.5)
+      for kernel in ("weighted_sum", "softmax", "causal_softmax", "layernorm", "coor_descent")),
     # Chapter 6's fused local attention, against the same attention with its scores
     # written (the references, eager and compiled): set when the kernel was added, at
     # about two thirds of what it first measured on an H200.
@@ -179,6 +183,8 @@ def _measure(measure, ours, eager, compiled, graphs, compiled_graphs, peer, time
         return _peak_ratio(ours, peer)
     if measure == PEAK_VS_COMPILE:
         return _peak_ratio(ours, compiled)
+    if measure == HOST:  # host rows hold the host's time as ms, whichever time the check reads
+        return ours["ms"] / eager["ms"] if eager and eager.get("ms") else None
     if measure == GRAPHS:
         ours, other = graphs, compiled_graphs
     elif measure == PEER:

@@ -152,7 +152,7 @@ def step_table(rows):
 def kernel_table(rows):
     """One Markdown table for one kernel: a line per (pass, dtype, shape) of the
     kernels' own passes (the steps have step_table)."""
-    cases = _cases([row for row in rows if row["pass"] != "step"])
+    cases = _cases([row for row in rows if row["pass"] not in ("step", "host")])
     with_memory = any("peak_extra_bytes" in row for row in rows)
     header = HEADER + ([MEMORY_HEADER] if with_memory else []) + [TARGETS_HEADER]
     lines = [
@@ -184,6 +184,22 @@ def kernel_table(rows):
             cells.append(fmt_value(memory))
         cells.append(fmt_misses(checks))
         lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def host_table(rows):
+    """The host's time for the eager training step: a line per (dtype, shape), course_lib's
+    and torch's, their ratio, and the GPU's own time of each step beside it."""
+    lines = ["| dtype | shape | course_lib host | its GPU time | torch host | its GPU time | "
+             "course_lib ÷ torch | targets |", "|:--|:--|--:|--:|--:|--:|--:|:--|"]
+    for key, impls in _cases(rows):
+        ours, theirs = impls.get("course_lib"), impls.get("torch")
+        ratio = ours["ms"] / theirs["ms"] if ours and theirs else None
+        lines.append("| " + " | ".join([
+            escape(key[1]), fmt_shape(key[2]),
+            *(fmt_ms(row.get(field) if row else None) for row in (ours, theirs) for field in ("ms", "gpu_ms")),
+            fmt_value(ratio), fmt_misses(_checks(impls)),
+        ]) + " |")
     return lines
 
 
@@ -243,12 +259,18 @@ def results_section(path, data):
     if not kernels:
         lines += ["", "This file holds no measurements."]
     for kernel, rows in kernels.items():
-        lines += ["", f"### `{kernel}`", ""]
-        lines += kernel_table(rows)
+        lines += ["", f"### `{kernel}`"]
+        if any(row["pass"] not in ("step", "host") for row in rows):  # a step-only kernel has no empty table
+            lines += [""] + kernel_table(rows)
         steps = [row for row in rows if row["pass"] == "step"]
         if steps:
             lines += ["", f"Training steps of `{kernel}` (forward and backward as a user's loop calls them):", ""]
             lines += step_table(steps)
+        hosts = [row for row in rows if row["pass"] == "host"]
+        if hosts:
+            lines += ["", f"Host time of `{kernel}`'s eager training step, the GPU kept busy "
+                          "(`benchmarks/host.py`):", ""]
+            lines += host_table(hosts)
     return lines
 
 

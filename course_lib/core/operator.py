@@ -68,11 +68,13 @@ class KernelOp(NamedTuple):
 
 
 def kernel_op(name, *, forward, backward, save, gradients, check, check_backward, differentiable, inference=None,
-              finish=lambda output: output, error_name=None, function_name=None):
+              eager_backward=None, finish=lambda output: output, error_name=None, function_name=None):
     """The operators, autograd.Function and dispatch of one kernel (see the module's
     docstring). ``differentiable`` names the inputs that may need a gradient, with their
     positions; ``inference`` is a cheaper forward for calls that need no gradient (by
-    default ``forward``'s first output); ``error_name`` names the function in errors (by
+    default ``forward``'s first output); ``eager_backward`` is the backward the eager Function
+    calls, where it may skip what only an operator needs (a copy so outputs do not alias; by
+    default ``backward``); ``error_name`` names the function in errors (by
     default ``name``); ``function_name`` names the autograd.Function (by default
     ``<Name>Function``), as profiles and autograd's nodes show it."""
     error_name = error_name or name
@@ -96,6 +98,7 @@ def kernel_op(name, *, forward, backward, save, gradients, check, check_backward
     operator.register_autograd(operator_gradients, setup_context=save)
 
     positions = tuple(differentiable.values())
+    eager_backward = eager_backward or backward
 
     class Function(torch.autograd.Function):
         @staticmethod
@@ -113,7 +116,7 @@ def kernel_op(name, *, forward, backward, save, gradients, check, check_backward
         @staticmethod
         @first_order_only(error_name)
         def backward(ctx, grad):
-            return gradients(ctx, backward, grad)
+            return gradients(ctx, eager_backward, grad)
 
     Function.__name__ = Function.__qualname__ = (
         function_name or "".join(part.title() for part in name.split("_")) + "Function")

@@ -44,8 +44,16 @@ def column_sum_kernel(
 
 
 def as_rows(x):
-    """View x of shape (..., D) as (M, D) without copying when the strides allow it."""
-    return x.reshape(-1, x.shape[-1])
+    """View x of shape (..., D) as (M, D) without copying when the strides allow it (x
+    itself when it is 2-D: a reshape costs host time on every call)."""
+    return x if x.ndim == 2 else x.reshape(-1, x.shape[-1])
+
+
+def shaped_like(rows, x):
+    """``rows``, an (M, D) or (M,) result for x of shape (..., D), as (..., D) or (...)."""
+    if x.ndim == 2:
+        return rows
+    return rows.reshape(x.shape if rows.ndim == 2 else x.shape[:-1])
 
 
 def vector_width(*rows):

@@ -230,17 +230,15 @@ def direct_launch_supported(triton_version):
 
 _direct_launch = ON_GPU and direct_launch_supported(triton.__version__)
 _compiled_kernels = {}
-_INT32 = range(-(2**31), 2**31)
 
 
-def _specialisation(arg):
-    if isinstance(arg, torch.Tensor):
-        return arg.dtype, arg.data_ptr() % 16 == 0
-    if isinstance(arg, bool) or arg is None:
-        return arg
-    if isinstance(arg, int):
-        return arg == 1, arg % 16 == 0, arg in _INT32
-    return type(arg)
+def _signature(args):
+    """What Triton compiles a launch of ``args`` for, and more, in one pass over them (a
+    launch's host time counts): each tensor's dtype and whether it starts 16-byte aligned,
+    each other argument's type and value (an integer's value fixes whether it is 1, a
+    multiple of 16, beyond 32 bits; its type tells True from 1)."""
+    return tuple([(arg.dtype, arg.data_ptr() & 15 == 0) if isinstance(arg, torch.Tensor) else (arg.__class__, arg)
+                  for arg in args])
 
 
 def kernel_operator(name):
@@ -322,7 +320,7 @@ def launch(kernel, grid, *args, num_warps=4, num_stages=None, maxnreg=None, coop
     if not _direct_launch:
         kernel[grid](*args, **constexprs, **options)
         return
-    key = (kernel, *map(_specialisation, args), *constexprs.items(), num_warps, num_stages, maxnreg, cooperative)
+    key = (kernel, _signature(args), *constexprs.items(), num_warps, num_stages, maxnreg, cooperative)
     found = _compiled_kernels.get(key)
     if found is None:
         compiled = kernel[grid](*args, **constexprs, **options)

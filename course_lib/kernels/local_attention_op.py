@@ -320,12 +320,26 @@ def _backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
 def _save_for_backward(ctx, inputs, output):
     q, k, v, window = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.save_for_backward(q, k, v, lse)
     ctx.window = window
+    # Saved, out would make `out += residual` an autograd error (eager and traced alike),
+    # where torch's attention allows it. A detached alias (no grad_fn: no reference
+    # cycle) shares out's version counter, so the backward sees such a change instead.
+    ctx.out, ctx.out_version = out.detach(), out._version
+
+
+def _saved_out(ctx, q, k, v):
+    """The forward's output for the backward: the one kept, unless it was changed in
+    place since the forward (or a backward already used it), then recomputed."""
+    out, ctx.out = ctx.out, None  # held no longer than saved tensors are, past the backward
+    if out is None or out._version != ctx.out_version:
+        out = LOCAL_ATTENTION.operator(q, k, v, ctx.window)[0]  # an operator, for torch.compile to trace
+    return out
 
 
 def _gradients(ctx, backward, grad_out):
-    q, k, v, out, lse = ctx.saved_tensors
+    q, k, v, lse = ctx.saved_tensors
+    out = _saved_out(ctx, q, k, v)
     grads = backward(grad_out.transpose(1, 2), q, k, v, out.transpose(1, 2), lse, ctx.window)
     return (*(g.transpose(1, 2) for g in grads), None)
 

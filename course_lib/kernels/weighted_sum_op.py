@@ -10,7 +10,7 @@ import triton.language as tl
 
 from ..core.operator import kernel_op
 from ..core.plans import LaunchPlan, TunedOn, warps_for
-from ..core.rows import as_rows, known_multiple_of, sum_partial_rows, vector_width, width_hint
+from ..core.rows import as_rows, known_multiple_of, shaped_like, sum_partial_rows, vector_width, width_hint
 from ..core.runtime import cdiv, launch, multiprocessor_count, next_power_of_2
 from ..core.validation import (
     check_index_range,
@@ -193,7 +193,7 @@ def weighted_sum_forward(x, weight, tiles=None):
     n_rows, n_cols = x2d.shape
     y = torch.empty(n_rows, device=x.device, dtype=x.dtype)
     if n_rows == 0:
-        return y.reshape(x.shape[:-1])
+        return shaped_like(y, x)
     vec = vector_width(x2d)
     block_rows, block_cols, num_warps, num_stages = tiles or forward_tiles(
         n_cols, x.element_size(), wide_loads=vec * x.element_size() == 16
@@ -207,17 +207,17 @@ def weighted_sum_forward(x, weight, tiles=None):
             BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, NUM_STAGES=num_stages, WHOLE_ROWS=block_cols >= n_cols,
             VEC=width_hint(x2d, vec=vec), num_warps=num_warps,
         )
-    return y.reshape(x.shape[:-1])
+    return shaped_like(y, x)
 
 
 def weighted_sum_backward(x, weight, grad_y, tiles=None):
     """Launch the backward kernel; return (grad_x, grad_weight)."""
     x2d = as_rows(x)
     n_rows, n_cols = x2d.shape
-    grad_y = grad_y.reshape(n_rows)
+    grad_y = grad_y if x.ndim == 2 else grad_y.reshape(n_rows)
     grad_x = torch.empty((n_rows, n_cols), device=x.device, dtype=x.dtype)
     if n_rows == 0:
-        return grad_x.reshape(x.shape), torch.zeros_like(weight)
+        return shaped_like(grad_x, x), torch.zeros_like(weight)
     block_rows, block_cols, num_warps, num_stages = tiles or backward_tiles(n_cols, x.element_size())
     col_blocks = cdiv(n_cols, block_cols)
     # Enough row groups for BACKWARD_PROGRAMS_PER_SM programs a multiprocessor, each a
@@ -236,7 +236,7 @@ def weighted_sum_backward(x, weight, grad_y, tiles=None):
             VEC=width_hint(x2d, grad_x), num_warps=num_warps,
         )
         grad_weight = sum_partial_rows(partial, weight.dtype)
-    return grad_x.reshape(x.shape), grad_weight
+    return shaped_like(grad_x, x), grad_weight
 
 
 # -------------------------------------------------------------------- custom operator

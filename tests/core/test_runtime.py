@@ -105,15 +105,19 @@ def test_interpreter_refuses_numpy_its_triton_cannot_run_with(triton_version, nu
         runtime._check_interpreter_numpy(triton_version, numpy_version)
 
 
-def test_specialisation_tells_apart_what_triton_compiles_for():
+def test_signature_tells_apart_what_triton_compiles_for():
     """Every fact Triton specialises a kernel on changes launch's key: dtypes, 16-byte
     alignment, integers equal to 1, multiples of 16, beyond 32 bits."""
     x = torch.zeros(64, device=runtime.DEVICE)
-    key = runtime._specialisation
+
+    def key(*args):
+        return runtime._signature(args)
+
     assert key(x) != key(x[1:]) and key(x) == key(x[4:])  # 4 floats = 16 bytes
     assert key(x) != key(x.half())
     assert len({key(1), key(16), key(17), key(2**31 + 16)}) == 4
-    assert key(32) == key(16) and key(True) != key(1) and key(None) is None
+    assert key(True) != key(1) and key(None) != key(0) and key(1.0) != key(1)
+    assert key(x, 3, None) == key(x[4:], 3, None)
 
 
 @pytest.mark.parametrize("offset", [0, 1, 4], ids=["aligned", "misaligned", "aligned_again"])

@@ -180,17 +180,106 @@ def test_a_window_of_any_size_is_plain_causal_attention():
 
 
 def test_the_output_is_a_tensor_of_its_own():
-    """Not a view made inside the autograd.Function: without a gradient a caller may
-    modify it in place; with one, autograd names the in-place change of a saved tensor."""
+    """Not a view made inside the autograd.Function: a caller may modify it in place,
+    with or without a gradient (the tests below check the gradients)."""
     q, k, v = (torch.randn(1, 2, 10, 16, device=DEVICE) for _ in range(3))
     out = local_causal_attention(q, k, v, 4)
     out += 1.0
+    torch.testing.assert_close(out, references.local_causal_attention(q, k, v, 4) + 1.0)
     q.requires_grad_()
     out = local_causal_attention(q, k, v, 4)
-    residual = out + 1.0  # the out-of-place form trains
-    residual.sum().backward()
-    assert q.grad is not None
-    out = local_causal_attention(q, k, v, 4)
     out += 1.0
-    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
-        out.sum().backward()
+    out.sum().backward()
+    assert q.grad is not None
+
+
+# ------------------------------------------------ the output modified in place
+
+
+def expected_gradients(q, k, v, window, modify, grad_out, *others):
+    """The float64 gradients toward q, k, v and ``others`` of ``modify(attention, *others)``."""
+    q64, k64, v64, *others64 = (t.detach().double().requires_grad_() for t in (q, k, v, *others))
+    attention = references.local_causal_attention(q64, k64, v64, window)
+    # Laid out heads-last as the kernel's output, so that modify may merge its heads as a view.
+    result = modify(attention.transpose(1, 2).contiguous().transpose(1, 2), *others64)
+    return torch.autograd.grad(result, (q64, k64, v64, *others64), grad_out.double())
+
+
+def add_residual(out, residual):
+    out += residual
+    return out
+
+
+def merged_heads_doubled(out):
+    """Through a view, as a block merges the heads: bumps out's version all the same."""
+    b, h, n, d = out.shape
+    out.transpose(1, 2).view(b, n, h * d).mul_(2.0)
+    out[:, 0, :3] += 1.0
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_residual_added_in_place_gives_the_right_gradients(dtype):
+    # out += residual, as torch's scaled_dot_product_attention allows: autograd must not
+    # refuse it, and the backward must not read the changed output as the forward's.
+    q, k, v = qkv(2, 3, 37, 16, dtype)
+    residual = torch.randn(2, 3, 37, 16, device=DEVICE, dtype=dtype, requires_grad=True)
+    out = add_residual(local_causal_attention(q, k, v, 8), residual)
+    grad_out = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v, residual), grad_out)
+    expected = expected_gradients(q, k, v, 8, add_residual, grad_out, residual)
+    for name, got, want in zip(["q", "k", "v", "residual"], grads, expected):
+        assert_matches(got, want, dtype, length=2 * 8, what=f"grad_{name}")  # keys a query sees
+
+
+def test_a_change_through_a_view_of_the_output_gives_the_right_gradients():
+    q, k, v = qkv(2, 3, 37, 16, torch.float32)
+    out = merged_heads_doubled(local_causal_attention(q, k, v, 8))
+    grad_out = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), grad_out)
+    expected = expected_gradients(q, k, v, 8, merged_heads_doubled, grad_out)
+    for name, got, want in zip("qkv", grads, expected):
+        assert_matches(got, want, torch.float32, length=2 * 8, what=f"grad_{name}")
+
+
+def test_the_backward_recomputes_the_output_only_when_it_was_changed(monkeypatch):
+    # The unchanged output is read as the forward left it: no copy, no second forward.
+    forwards, operator = [], la.LOCAL_ATTENTION.operator
+    monkeypatch.setattr(la, "LOCAL_ATTENTION", la.LOCAL_ATTENTION._replace(
+        operator=lambda *args: forwards.append(args) or operator(*args)))
+    q, k, v = qkv(1, 2, 19, 16, torch.float32)
+    out = local_causal_attention(q, k, v, 8)
+    grads = torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
+    assert not forwards
+    changed = local_causal_attention(q, k, v, 8)
+    changed += 1.0
+    for got, want in zip(torch.autograd.grad(changed, (q, k, v), torch.ones_like(out)), grads):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert len(forwards) == 1
+
+
+def test_a_retained_graph_gives_the_same_gradients_twice():
+    # The first backward lets go of the output it kept; the second recomputes it.
+    q, k, v = qkv(1, 2, 19, 16, torch.float32)
+    out = local_causal_attention(q, k, v, 8)
+    grad_out = torch.randn_like(out)
+    first = torch.autograd.grad(out, (q, k, v), grad_out, retain_graph=True)
+    for got, want in zip(torch.autograd.grad(out, (q, k, v), grad_out), first):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_second_order_gradients_are_still_refused_after_an_in_place_change():
+    q, k, v = qkv(1, 2, 19, 16, torch.float32)
+    out = local_causal_attention(q, k, v, 8)
+    out += 1.0
+    first = torch.autograd.grad(out, (q, k, v), torch.randn_like(out), create_graph=True)
+    with pytest.raises(RuntimeError, match="local_causal_attention: second-order gradients are not supported"):
+        sum((g**2).sum() for g in first).backward()
+
+
+@pytest.mark.parametrize("mode", COMPILE_MODES)
+def test_compiles_whole_with_a_residual_added_in_place(mode):
+    q, k, v = qkv(2, 3, 37, 16, torch.float32)
+    residual = torch.randn(2, 3, 37, 16, device=DEVICE, requires_grad=True)
+    assert_compiles_whole(lambda q, k, v, r: add_residual(local_causal_attention(q, k, v, 8), r), q, k, v,
+                          residual, mode=mode, op="local_attention")

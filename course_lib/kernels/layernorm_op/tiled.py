@@ -38,7 +38,7 @@ from .parts import (backward_config, column_block, first_values, forward_tiles, 
                               load_backward_rows, partial_rows, store_partial_row, stride_of, xhat_of)
 from .wide import backward_split_rows, backward_two_stages, can_split_rows, layernorm_forward_looped_kernel
 from ...core.operator import kernel_op
-from ...core.rows import as_rows, known_multiple_of, sum_partial_rows, width_hint
+from ...core.rows import as_rows, known_multiple_of, shaped_like, sum_partial_rows, width_hint
 from ...core.runtime import cdiv, is_cooperative_refusal, launch, multiprocessor_count
 from ...core.validation import (FLOAT_DTYPES, INT32_LIMIT, check_index_range, check_like, check_same_device,
                                 check_tensor, first_order_only, on_device_of)
@@ -165,7 +165,7 @@ def layernorm_forward(x, gamma, beta, eps, *, save_stats, tiles=None):
     if save_stats:
         stats = RowStats(*(torch.empty(n_rows, device=x.device, dtype=torch.float32) for _ in range(2)))
     if n_rows == 0:
-        return y.reshape(x.shape), stats
+        return shaped_like(y, x), stats
     # int(): traced with dynamic shapes, the width is a SymInt, which the cache cannot hash
     block_rows, block_cols, num_warps, num_stages = tiles or forward_tiles(int(n_cols), x.element_size())
     if block_cols >= n_cols:
@@ -182,7 +182,7 @@ def layernorm_forward(x, gamma, beta, eps, *, save_stats, tiles=None):
             BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, VEC=width_hint(x2d, y), num_warps=num_warps,
             **loop_options,
         )
-    return y.reshape(x.shape), stats
+    return shaped_like(y, x), stats
 
 
 def _backward_whole_rows(x2d, gamma, has_beta, grad_y, grad_x, stats, config, partial_width, vec):
@@ -211,7 +211,7 @@ def layernorm_backward(grad_y, x, gamma, has_beta, stats, *, param_dtype=None, c
     """
     x2d = as_rows(x)
     n_rows, n_cols = x2d.shape
-    grad_y = grad_y.reshape(n_rows, n_cols)
+    grad_y = as_rows(grad_y)
     grad_x = torch.empty((n_rows, n_cols), device=x.device, dtype=x.dtype)
     has_gamma = gamma is not None
     partial_width = (int(has_gamma) + int(has_beta)) * n_cols  # dgamma's partial row, then dbeta's
@@ -238,7 +238,7 @@ def layernorm_backward(grad_y, x, gamma, has_beta, stats, *, param_dtype=None, c
             sums = sum_partial_rows(partial, param_dtype) if partial_width else None
     grad_gamma = sums[:n_cols] if has_gamma else None
     grad_beta = sums[partial_width - n_cols:] if has_beta else None
-    return grad_x.reshape(x.shape), grad_gamma, grad_beta
+    return shaped_like(grad_x, x), grad_gamma, grad_beta
 
 
 def _param_dtype(x, gamma, beta):
@@ -263,18 +263,23 @@ def _forward(x: torch.Tensor, gamma: Optional[torch.Tensor], beta: Optional[torc
     return y, stats.mean, stats.rstd
 
 
+def _eager_backward(grad_y, x, gamma, has_beta, mean, rstd, param_dtype):
+    """The eager Function's backward: the gradients, dgamma's and dbeta's two views of one buffer."""
+    grad_x, grad_gamma, grad_beta = layernorm_backward(
+        grad_y, x, gamma, has_beta, RowStats(mean, rstd), param_dtype=param_dtype
+    )
+    def or_empty(grad):
+        return x.new_empty(0, dtype=param_dtype) if grad is None else grad
+    return grad_x, or_empty(grad_gamma), or_empty(grad_beta)
+
+
 def _backward(
     grad_y: torch.Tensor, x: torch.Tensor, gamma: Optional[torch.Tensor], has_beta: bool, mean: torch.Tensor,
     rstd: torch.Tensor, param_dtype: torch.dtype,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    grad_x, grad_gamma, grad_beta = layernorm_backward(
-        grad_y, x, gamma, has_beta, RowStats(mean, rstd), param_dtype=param_dtype
-    )
-    # The two gradients share one buffer; an operator's outputs may not alias.
-    grad_beta = grad_beta.clone() if gamma is not None and has_beta else grad_beta
-    def or_empty(grad):
-        return x.new_empty(0, dtype=param_dtype) if grad is None else grad
-    return grad_x, or_empty(grad_gamma), or_empty(grad_beta)
+    grad_x, grad_gamma, grad_beta = _eager_backward(grad_y, x, gamma, has_beta, mean, rstd, param_dtype)
+    # An operator's outputs may not alias: dbeta gets a buffer of its own (a launch the eager path skips).
+    return grad_x, grad_gamma, grad_beta.clone() if gamma is not None and has_beta else grad_beta
 
 
 def _save_for_backward(ctx, inputs, output):
@@ -309,7 +314,8 @@ LAYERNORM = kernel_op(
     "layernorm", forward=_forward, backward=_backward, save=_save_for_backward, gradients=_gradients,
     check=lambda x, gamma, beta, eps: _check_inputs("layernorm", x, gamma, beta, eps, any_float_params=True),
     check_backward=_check_backward,
-    differentiable={"x": 0, "gamma": 1, "beta": 2}, inference=_inference, function_name="LayerNormFunction",
+    differentiable={"x": 0, "gamma": 1, "beta": 2}, inference=_inference, eager_backward=_eager_backward,
+    function_name="LayerNormFunction",
 )
 layernorm_op = LAYERNORM.operator  # the forward operator, which the stable option below calls
 layernorm_backward_op = LAYERNORM.backward_operator
@@ -377,7 +383,7 @@ def _check_inputs(op, x, gamma, beta, eps, names=("gamma", "beta"), any_float_pa
                 f"{op}: {name} has dtype {param.dtype} but x has {x.dtype}; {name} must have x's dtype, "
                 "or be float32 (mixed precision, as torch.nn.LayerNorm accepts)"
             )
-        if param.shape != (n_cols,):
+        if param.ndim != 1 or param.shape[0] != n_cols:  # not shape != (n_cols,): torch compares that in Python
             raise ValueError(
                 f"{op}: {name} must have shape (N,) with N = x.shape[-1] = {n_cols}; "
                 f"got {name} of shape {tuple(param.shape)} for x of shape {tuple(x.shape)}"

@@ -1,0 +1,85 @@
+"""The host's time for each public function's training step, against torch eager's: the
+results' "host" rows.
+
+    python -m benchmarks.host                  # merged into course_lib/results/<gpu>.json
+    python -m benchmarks.host --out host.json  # this run's rows alone
+
+A step as a user's loop runs it (gradients set to None, forward, backward), timed on the
+host while the GPU is kept busy, so that the host never waits for it: what eager mode costs
+before any kernel runs. course_lib's step and torch's take turns in rounds (the host's speed
+drifts over seconds), and each row holds the median of its rounds as ``ms`` and the GPU's
+own time of the same step (the profiler's kernels) as ``gpu_ms``: a step whose host time
+passes its GPU time is host-bound, and there its host time is its speed.
+"""
+
+import argparse
+import statistics
+import tempfile
+from pathlib import Path
+
+import torch
+
+from benchmarks.__main__ import merge
+from benchmarks.profile_step import KERNELS, ROUNDS, host_us, profile
+from course_lib.core.benchmarking import (RESULTS_DIR, copy_bandwidth_gbps, gpu_slug, measured_on, require_gpu,
+                                          training_step, write_document)
+
+# Each kernel at the shape of profile_step (GPU-bound on an H100) and at a small one, where
+# both libraries are host-bound and the host is all there is.
+SHAPES = {
+    "weighted_sum": [(65536, 1024), (4096, 1024)],
+    "softmax": [(16384, 1024), (1024, 1024)],
+    "causal_softmax": [(64, 1024, 1024), (4, 256, 256)],
+    "layernorm": [(16384, 1024), (1024, 1024)],
+    "coor_descent": [(1024, 4096), (64, 1024)],
+}
+
+
+def host_rows(kernel, shape, dtype):
+    """The course_lib and torch "host" rows of one kernel at one shape."""
+    ours, theirs, input_shapes = KERNELS[kernel]
+    inputs = [torch.randn(s, device="cuda", dtype=dtype, requires_grad=True) for s in input_shapes(shape)]
+    steps = {"course_lib": training_step(ours, *inputs), "torch": training_step(theirs, *inputs)}
+    times = {impl: [] for impl in steps}
+    for round_ in range(ROUNDS):
+        for impl in list(steps)[round_ % 2:] + list(steps)[:round_ % 2]:  # a new first each round
+            times[impl].append(host_us(steps[impl]))
+    rows = []
+    for impl, step in steps.items():
+        gpu_us = profile(step)[0]
+        rows.append({"kernel": kernel, "pass": "host", "impl": impl, "dtype": str(dtype).replace("torch.", ""),
+                     "shape": list(shape), "ms": statistics.median(times[impl]) / 1e3, "gpu_ms": gpu_us / 1e3,
+                     "host_ms_rounds": [t / 1e3 for t in times[impl]]})
+    ours_row, torch_row = rows
+    print(f"{kernel:>14} {rows[0]['dtype']:>8} {str(list(shape)):>18}  host {ours_row['ms'] * 1e3:7.1f} us "
+          f"(GPU {ours_row['gpu_ms'] * 1e3:7.1f})  torch host {torch_row['ms'] * 1e3:7.1f} us "
+          f"(GPU {torch_row['gpu_ms'] * 1e3:7.1f})  ours / torch's host time {ours_row['ms'] / torch_row['ms']:.2f}",
+          flush=True)
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help=f"comma-separated subset of {','.join(SHAPES)}")
+    parser.add_argument("--out", help="write this run's rows here instead of merging them into the results file")
+    arguments = parser.parse_args()
+    require_gpu("the host timings")
+    kernels = arguments.only.split(",") if arguments.only else list(SHAPES)
+    rows = []
+    for kernel in kernels:
+        # coordinate descent runs in float32 (its benchmarks' dtype); the others in bfloat16
+        dtype = torch.float32 if kernel == "coor_descent" else torch.bfloat16
+        for shape in SHAPES[kernel]:
+            rows += host_rows(kernel, shape, dtype)
+    document = {**measured_on(), "copy_gbps": copy_bandwidth_gbps(), "rows": rows}
+    if arguments.out:
+        print("wrote", write_document(document, arguments.out))
+        return
+    results = RESULTS_DIR / f"{gpu_slug()}.json"
+    with tempfile.TemporaryDirectory() as scratch:
+        run = write_document(document, Path(scratch) / "host.json")
+        print("wrote", merge([results, run] if results.exists() else [run], results))
+
+
+if __name__ == "__main__":
+    main()
