@@ -402,6 +402,11 @@ def coor_descent_backward_kernel(
         if t > 1:
             ds, grad_a, dlogk = step_back(ds, grad_a, dlogk, p_u, takes_u, mass_u, tl.load(eps_ptr + u))
     dlogk += grad_a * tl.load(eps_ptr)
+    # A row with a NaN score has a NaN output (the forward's max_or_nan), and so a NaN
+    # gradient, as autograd through the reference gives; a GPU's max and min would skip it.
+    row_is_nan = row_max != row_max
+    ds = tl.where(row_is_nan, float("nan"), ds)
+    dlogk = tl.where(row_is_nan, float("nan"), dlogk)
     ds = tl.where(s != no_score(), ds, 0.0)  # exactly 0 where masked, whatever dy holds
     tl.store(ds_ptr + row64 * stride_ds_row + cols, ds.to(ds_ptr.dtype.element_ty), mask=cols < n_cols)
     tl.store(dlogk_ptr + row, dlogk.to(tl.float32), mask=tile == 0)

@@ -18,6 +18,8 @@ pick tiles and grids, the ``torch.autograd.Function``, and the public ``softmax`
 and ``causal_softmax``.
 """
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -320,6 +322,7 @@ def row_tiles(n_cols, element_size):
                       warps_for(block_rows * block_cols, 1024, min_warps=4 if element_size == 4 else 2))
 
 
+@functools.cache  # called on every launch: keep the host path short
 def forward_tiles(n_cols, element_size):
     """The forward kernels' LaunchPlan.
 
@@ -336,6 +339,7 @@ def forward_tiles(n_cols, element_size):
     return plan
 
 
+@functools.cache  # called on every launch: keep the host path short
 def backward_tiles(n_cols, element_size, causal=False):
     """The backward kernels' LaunchPlan, as forward_tiles.
 
@@ -361,11 +365,20 @@ def looped_grid(n_rows, n_cols):
 
 
 def _as_matrices(x):
-    """View x of shape (..., N) as (matrices, rows a matrix, N), copying only when the
-    leading dimensions cannot be merged. Keeping the last two dimensions apart lets
-    kernels read any strides there, a transposed matrix included, without a copy."""
-    rows_per_matrix = x.shape[-2] if x.ndim >= 2 else 1
-    return x.reshape(-1, rows_per_matrix, x.shape[-1])
+    """(x3d, its shape, its strides): x of shape (..., N) viewed as (matrices, rows a
+    matrix, N), copying only when the leading dimensions cannot be merged. Keeping the last
+    two dimensions apart lets kernels read any strides there, a transposed matrix
+    included, without a copy. A 2-D x is one matrix, passed as it is, with the strides
+    that view would have: a reshape costs host time on every call."""
+    if x.ndim == 2:
+        return x, (1, *x.shape), (x.shape[0] * x.stride(0), *x.stride())
+    x3d = x.reshape(-1, x.shape[-2] if x.ndim >= 2 else 1, x.shape[-1])
+    return x3d, x3d.shape, x3d.stride()
+
+
+def _as_rows(y, n_rows, n_cols):
+    """y, written row-major by a kernel of this module, as (n_rows, n_cols): a view, or y itself."""
+    return y if y.ndim == 2 else y.view(n_rows, n_cols)
 
 
 def _check_index_headroom(n_rows, n_cols, block_rows, block_cols):
@@ -383,14 +396,13 @@ def softmax_forward(x, causal, tiles=None, diagonal=0):
     A causal query i sees keys j <= i + ``diagonal``."""
     if x.numel() == 0:
         return torch.empty(x.shape, device=x.device, dtype=x.dtype)
-    x3d = _as_matrices(x)
-    n_matrices, rows_per_matrix, n_cols = x3d.shape
+    x3d, (n_matrices, rows_per_matrix, n_cols), x_strides = _as_matrices(x)
     n_rows = n_matrices * rows_per_matrix
-    block_rows, block_cols, num_warps, _ = tiles or forward_tiles(n_cols, x.element_size())
+    block_rows, block_cols, num_warps, _ = tiles or forward_tiles(int(n_cols), x.element_size())
     _check_index_headroom(n_rows, n_cols, block_rows, block_cols)
     y = torch.empty(x.shape, device=x.device, dtype=x.dtype)
-    y2d = y.view(n_rows, n_cols)
-    strides = (*x3d.stride(), y2d.stride(0))
+    y2d = _as_rows(y, n_rows, n_cols)
+    strides = (*x_strides, y2d.stride(0))
     with on_device_of(x):
         if block_cols >= n_cols:
             launch(softmax_forward_kernel, (cdiv(n_rows, block_rows),),
@@ -411,15 +423,14 @@ def softmax_backward(y, grad_y, causal, tiles=None, diagonal=0):
     strides), with the forward's ``causal`` and ``diagonal``."""
     if y.numel() == 0:
         return torch.empty(y.shape, device=y.device, dtype=y.dtype)
-    grad_y3d = _as_matrices(grad_y)
-    n_matrices, rows_per_matrix, n_cols = grad_y3d.shape
+    grad_y3d, (n_matrices, rows_per_matrix, n_cols), grad_y_strides = _as_matrices(grad_y)
     n_rows = n_matrices * rows_per_matrix
-    block_rows, block_cols, num_warps, _ = tiles or backward_tiles(n_cols, y.element_size(), causal=causal)
+    block_rows, block_cols, num_warps, _ = tiles or backward_tiles(int(n_cols), y.element_size(), causal=causal)
     _check_index_headroom(n_rows, n_cols, block_rows, block_cols)
-    y2d = y.reshape(n_rows, n_cols)  # the forward wrote y row-major: a view
+    y2d = _as_rows(y, n_rows, n_cols)  # the forward wrote y row-major
     grad_x = torch.empty(y.shape, device=y.device, dtype=y.dtype)
-    grad_x2d = grad_x.view(n_rows, n_cols)
-    strides = (y2d.stride(0), *grad_y3d.stride(), grad_x2d.stride(0))
+    grad_x2d = _as_rows(grad_x, n_rows, n_cols)
+    strides = (y2d.stride(0), *grad_y_strides, grad_x2d.stride(0))
     with on_device_of(y):
         if block_cols >= n_cols:
             launch(softmax_backward_kernel, (cdiv(n_rows, block_rows),),

@@ -4,6 +4,8 @@ Chapter 1. Read top to bottom: the Triton kernels, the host launchers that pick 
 and grids, the ``torch.autograd.Function``, and the public ``weighted_sum``.
 """
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -132,6 +134,7 @@ TUNED_ON = TunedOn("NVIDIA H200", "3.6.0", "benchmarks/tune_weighted_sum.py")
 FORWARD_TILE_BYTES = 16384
 
 
+@functools.cache  # called on every launch: keep the host path short
 def forward_tiles(n_cols, element_size, wide_loads=True):
     """The forward kernel's LaunchPlan.
 
@@ -155,6 +158,7 @@ def forward_tiles(n_cols, element_size, wide_loads=True):
     return LaunchPlan(max(2, 4096 // row_bytes), row_block, warps_for(row_block, 1024))
 
 
+@functools.cache  # called on every launch: keep the host path short
 def backward_tiles(n_cols, element_size):
     """The backward kernel's LaunchPlan.
 
@@ -196,7 +200,7 @@ def weighted_sum_forward(x, weight, tiles=None):
         return shaped_like(y, x)
     vec = vector_width(x2d)
     block_rows, block_cols, num_warps, num_stages = tiles or forward_tiles(
-        n_cols, x.element_size(), wide_loads=vec * x.element_size() == 16
+        int(n_cols), x.element_size(), wide_loads=vec * x.element_size() == 16
     )
     grid = (cdiv(n_rows, block_rows),)
     with on_device_of(x):
@@ -218,7 +222,7 @@ def weighted_sum_backward(x, weight, grad_y, tiles=None):
     grad_x = torch.empty((n_rows, n_cols), device=x.device, dtype=x.dtype)
     if n_rows == 0:
         return shaped_like(grad_x, x), torch.zeros_like(weight)
-    block_rows, block_cols, num_warps, num_stages = tiles or backward_tiles(n_cols, x.element_size())
+    block_rows, block_cols, num_warps, num_stages = tiles or backward_tiles(int(n_cols), x.element_size())
     col_blocks = cdiv(n_cols, block_cols)
     # Enough row groups for BACKWARD_PROGRAMS_PER_SM programs a multiprocessor, each a
     # whole number of row tiles; fewer groups mean fewer partial rows to add up after.

@@ -1,4 +1,5 @@
 import json
+import statistics
 import time
 
 import pytest
@@ -69,7 +70,11 @@ def test_stored_results_have_the_documented_shape():
     for name, document in benchmarking.load_results().items():
         assert document["copy_gbps"] > 0, name
         for r in document["rows"]:
-            assert r["pass"] in ("fwd", "bwd", "step"), (name, r)
+            assert r["pass"] in ("fwd", "bwd", "step", "host"), (name, r)
+            if r["pass"] == "host":  # benchmarks/host.py: the host's time of an eager step, and its GPU time
+                assert r["impl"] in ("course_lib", "torch") and 0 < r["ms"] and 0 < r["gpu_ms"], (name, r)
+                assert r["ms"] == pytest.approx(statistics.median(r["host_ms_rounds"])), (name, r)
+                continue
             impls = [impl for impl, _, _ in benchmarking.STEP_IMPLS]
             assert r["impl"] in (bench_routed_block.IMPLS if r["kernel"] == "routed_block" else impls), (name, r)
             assert r["pass"] == "step" or not r["impl"].endswith(".cudagraphs"), (name, r)  # graphs: steps only

@@ -558,3 +558,22 @@ def test_a_nan_score_makes_its_row_nan_as_the_reference_does(split, monkeypatch)
     assert got[1].isnan().all() and expected[1].isnan().all()
     assert not got[[0, 2]].isnan().any()
     torch.testing.assert_close(got[[0, 2]].double(), expected[[0, 2]], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["whole-rows", "split-rows"])
+def test_a_nan_score_makes_its_rows_gradient_nan_as_the_reference_does(split, monkeypatch):
+    """The backward of a row with a NaN score is NaN, as autograd through the reference
+    gives it (a GPU's max would skip the NaN); the other rows' gradients are the reference's."""
+    if split:
+        monkeypatch.setattr(module, "ROW_BLOCK_MAX", 16)
+        monkeypatch.setattr(module, "SPLIT_TILE_MIN", 8)
+    s = torch.randn(3, 40, device=DEVICE)
+    s[1, 33] = float("nan")
+    weights = torch.randn(3, 40, device=DEVICE)
+    ours = s.clone().requires_grad_()
+    (coor_descent(ours, n_iters=5, k=3.0) * weights).sum().backward()
+    reference = s.double().requires_grad_()
+    (references.coor_descent(reference, n_iters=5, k=3.0) * weights.double()).sum().backward()
+    assert ours.grad[1].isnan().all() and reference.grad[1].isnan().all()
+    assert not ours.grad[[0, 2]].isnan().any()
+    torch.testing.assert_close(ours.grad[[0, 2]].double(), reference.grad[[0, 2]], rtol=1e-3, atol=1e-4)
