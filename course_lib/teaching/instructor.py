@@ -713,39 +713,47 @@ def _read_results(results_path: Path) -> tuple[dict[str, dict], list[str]]:
     return results, repeated
 
 
-# A checker cell that hands one name to a kernel exercise's checker: its verdict comes from
-# course_lib/teaching/kernel_verdicts.py, run on the kernel's source in a process of its own.
+# A checker cell that hands one name to a kernel exercise's or a PyTorch exercise's checker: its
+# verdict comes from course_lib/teaching/kernel_verdicts.py, run on the answer's source in a process
+# of its own. (Exercise 5.3's checker takes three answers, one an operator of torch.library: it is
+# judged in the notebook's process, see kernel_verdicts.py.)
 KERNEL_CHECKER_CALL = re.compile(r"^\s*exercises\.(check_\w+)\((\w+)\)\s*$")
 KERNEL_VERDICTS_IN_PACKAGE = Path("teaching") / "kernel_verdicts.py"
+KERNEL_ANSWER, TORCH_ANSWER = "kernel", "torch"
 
 
-def _kernel_checkers(released: ReleasedNotebook) -> dict[str, tuple[str, str]]:
-    """{grade_id: (check function, kernel name)} of the release's kernel-exercise checkers."""
+def _kernel_checkers(released: ReleasedNotebook) -> dict[str, tuple[str, str, str]]:
+    """{grade_id: (check function, answer name, KERNEL_ANSWER or TORCH_ANSWER)} of the release's
+    checkers judged out of the notebook's process: those of the kernel exercises and of the
+    PyTorch exercises (``kernel=False``) whose checker cell hands the checker one name."""
     from .exercises import EXERCISES
 
-    kernel_checks = {exercise.checker for exercise in EXERCISES if exercise.kernel}
+    kinds = {exercise.checker: KERNEL_ANSWER if exercise.kernel else TORCH_ANSWER for exercise in EXERCISES}
     found = {}
     for checker in released.checkers:
         call = KERNEL_CHECKER_CALL.match(checker.source)
-        if call and call.group(1) in kernel_checks:
-            found[checker.grade_id] = (call.group(1), call.group(2))
+        if call and call.group(1) in kinds:
+            found[checker.grade_id] = (call.group(1), call.group(2), kinds[call.group(1)])
     return found
 
 
-def _kernel_verdicts(return_sources: list[str], kernels: dict[str, tuple[str, str]], seed: int | None,
+def _kernel_verdicts(return_sources: list[str], kernels: dict[str, tuple[str, str, str]], seed: int | None,
                      scratch: Path, package_copy: Path, limit: float,
                      memory_limit: float | None = None) -> dict[str, dict]:
-    """{grade_id: record} for each kernel checker, from its kernel's source alone, checked
-    and run in a fresh process that never runs the return's other code (kernel_verdicts.py)."""
-    from .kernel_verdicts import NotAKernel, kernel_definition
+    """{grade_id: record} for each checker of ``kernels`` (:func:`_kernel_checkers`), from its
+    answer's source alone, checked (a kernel in Triton's language, a PyTorch answer in the
+    grader's PyTorch language) and run in a fresh process that never runs the return's other
+    code (kernel_verdicts.py)."""
+    from .kernel_verdicts import NotAKernel, NotPyTorch, kernel_definition, torch_definition
 
     verdicts, entries = {}, []
-    for grade_id, (checker, name) in kernels.items():
+    for grade_id, (checker, name, kind) in kernels.items():
+        definition = torch_definition if kind == TORCH_ANSWER else kernel_definition
         try:
-            entries.append({"grade_id": grade_id, "checker": checker, "name": name,
-                            "source": kernel_definition(return_sources, name)})
-        except NotAKernel as error:
-            verdicts[grade_id] = {"grade_id": grade_id, "passed": False, "error": f"NotAKernel: {error}"}
+            entries.append({"grade_id": grade_id, "checker": checker, "name": name, "kind": kind,
+                            "source": definition(return_sources, name)})
+        except (NotAKernel, NotPyTorch) as error:
+            verdicts[grade_id] = {"grade_id": grade_id, "passed": False, "error": f"{type(error).__name__}: {error}"}
     if not entries:
         return verdicts
     folder = scratch / "kernel_verdicts"  # its working directory, empty
@@ -763,8 +771,9 @@ def _kernel_verdicts(return_sources: list[str], kernels: dict[str, tuple[str, st
             verdicts.setdefault(record["grade_id"], record)
     why = killed or f"ended with exit code {exit_code}"
     for entry in entries:
+        answer = "kernel" if entry["kind"] == KERNEL_ANSWER else "answer"
         verdicts.setdefault(entry["grade_id"], {"grade_id": entry["grade_id"], "passed": False,
-                                                "error": f"the kernel's own checking process {why} before its verdict"})
+                                                "error": f"the {answer}'s own checking process {why} before its verdict"})
     return verdicts
 
 
@@ -850,7 +859,8 @@ def grade_notebook(
                                  f"(repeated: {sorted(set(repeated))[:5]}; of checkers that did not run: "
                                  f"{sorted(unexpected)[:5]}; passes of checkers whose cell raised: "
                                  f"{sorted(contradicted)[:5]})")
-        results.update(verdicts)  # a kernel's verdict comes from its own process, whatever the notebook wrote
+        results.update(verdicts)  # a kernel's or PyTorch answer's verdict comes from its own process, whatever
+        # the notebook wrote
         tampered = bool(grade.problem and grade.problem.startswith("tampered"))
 
     for checker in released.checkers:

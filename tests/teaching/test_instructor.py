@@ -419,27 +419,99 @@ def test_a_monkeypatched_exercises_module_has_no_effect(tmp_path):
 
 
 def test_hidden_inputs_defeat_answers_recorded_from_the_visible_check(tmp_path):
+    """An answer that looks up what the notebook recorded from the visible check is refused: the
+    grader judges the function alone, out of the notebook's process (kernel_verdicts.py). One
+    that holds the formula for the visible widths alone passes them, and fails the hidden size."""
     recorded_answers = (
         "def grads(x, w, g):\n"
         "    # BEGIN SOLUTION\n"
-        "    return answers.get(x.numpy().tobytes())\n"
+        "    return answers[float(x.sum())]\n"
         "    # END SOLUTION\n\n\n"
         "answers = {}\n"
         "torch.manual_seed(0)  # the inputs the visible check will draw, answered once with the formula\n"
-        f"exercises.check_weighted_sum_grads(lambda x, w, g: answers.setdefault(x.numpy().tobytes(), ({GRADS_FORMULA})))\n"
+        f"exercises.check_weighted_sum_grads(lambda x, w, g: answers.setdefault(float(x.sum()), ({GRADS_FORMULA})))\n"
         "torch.manual_seed(0)"
     )
-    release = write_notebook(tmp_path / "release" / "lesson.ipynb", [
-        new_code_cell("from course_lib.teaching import exercises\nimport torch"),
-        *exercise("1.2", recorded_answers, "exercises.check_weighted_sum_grads(grads)"),
-    ])
-    stamp_exercise_metadata([release])
-    path = returned(release, tmp_path / "returned", "recorded.ipynb", solved=True)
+    visible_widths_only = (
+        "def grads(x, w, g):\n"
+        "    # BEGIN SOLUTION\n"
+        "    if x.shape[-1] in (3, 5, 7):  # the widths of the visible check\n"
+        f"        return {GRADS_FORMULA}\n"
+        "    return None\n"
+        "    # END SOLUTION"
+    )
+    folder = tmp_path / "returned"
+    for name, answer in (("a_recorded", recorded_answers), ("b_visible_widths", visible_widths_only)):
+        release = write_notebook(tmp_path / name / "lesson.ipynb", [
+            new_code_cell("from course_lib.teaching import exercises\nimport torch"),
+            *exercise("1.2", answer, "exercises.check_weighted_sum_grads(grads)"),
+        ])
+        stamp_exercise_metadata([release])
+        returned(release, folder, f"{name}.ipynb", solved=True)
+    shutil.copytree(tmp_path / "b_visible_widths", tmp_path / "release")
 
-    assert grade_one(tmp_path, path, timeout=120).checkers[0].passed  # no seed: the visible inputs
-    hidden = grade_one(tmp_path, path, timeout=120, seed=12345)
+    recorded, visible = grade_folder(folder, tmp_path / "release", timeout=120)  # no seed: the visible inputs
+    assert not recorded.checkers[0].passed
+    assert recorded.checkers[0].error.startswith("NotPyTorch: `grads` reads `answers` (line 3), which is neither its "
+                                                 "own nor torch, F or math"), recorded
+    assert visible.checkers[0].passed, visible
+    hidden = grade_folder(folder, tmp_path / "release", timeout=120, seed=12345)[1]
     assert not hidden.checkers[0].passed
     assert "return a tuple" in hidden.checkers[0].error
+
+
+STACK_FORGER = (
+    "def grads(x, w, g):\n"
+    "    # BEGIN SOLUTION\n"
+    "    import json, sys\n"
+    "    frame = sys._getframe()\n"
+    "    while 'results_path' not in frame.f_locals:  # up to fresh_checker.run_checker\n"
+    "        frame = frame.f_back\n"
+    "    if frame.f_globals['_record'].__name__ == '_record':  # the first call: one record, as the checker's\n"
+    "        with open(frame.f_locals['results_path'], 'a') as results:\n"
+    "            results.write(json.dumps({'grade_id': frame.f_locals['grade_id'], 'passed': True, 'error': None}) + '\\n')\n"
+    "        frame.f_globals['_record'] = lambda *args: None  # the checker's own record is never written\n"
+    "    checker = sys._getframe()\n"
+    "    while checker.f_code.co_name != 'check_weighted_sum_grads':\n"
+    "        checker = checker.f_back\n"
+    "    checker.f_globals['compare'] = lambda *args, **kwargs: 0.0  # nor does the checker fail\n"
+    "    return x, w\n"
+    "    # END SOLUTION"
+)
+
+
+def test_a_pytorch_answer_that_forges_its_pass_from_the_stack_scores_nothing(tmp_path, monkeypatch):
+    """Exercise 1.2's answer walks the stack up to the grader, writes a "passed" record for its
+    checker, stops the checker's own record and makes the checker pass: judged in the notebook's
+    process, nothing marks it. Its verdict comes from its source, refused as PyTorch's language,
+    in a process of its own; a right answer still scores."""
+    release = write_notebook(tmp_path / "release" / "lesson.ipynb", [
+        new_code_cell("from course_lib.teaching import exercises\nimport torch"),
+        *exercise("1.2", f"def grads(x, w, g):\n    # BEGIN SOLUTION\n    return {GRADS_FORMULA}\n    # END SOLUTION",
+                  "exercises.check_weighted_sum_grads(grads)"),
+    ])
+    stamp_exercise_metadata([release])
+
+    def forge(notebook):
+        (answer,) = [cell for cell in notebook.cells if cell.source.startswith("def grads")]
+        answer.source = STACK_FORGER
+
+    folder = tmp_path / "returned"
+    returned(release, folder, "a_right.ipynb", solved=True)
+    returned(release, folder, "b_forged.ipynb", forge)
+
+    judged_out_of_process = instructor._kernel_checkers
+    monkeypatch.setattr(instructor, "_kernel_checkers", lambda released: {})  # as 1.2 was judged before
+    in_process = grade_folder(folder, tmp_path / "release", seed=11, timeout=120)
+    assert [(grade.score, grade.problem) for grade in in_process] == [("1/1", None), ("1/1", None)], \
+        format_table(in_process)
+
+    monkeypatch.setattr(instructor, "_kernel_checkers", judged_out_of_process)
+    right, forged = grade_folder(folder, tmp_path / "release", seed=11, timeout=120)
+    assert right.score == "1/1" and right.problem is None, format_table([right])
+    assert forged.score == "0/1", format_table([forged])
+    assert forged.checkers[0].error == ("NotPyTorch: `grads` uses Import (line 3), which a PyTorch answer does not "
+                                        "need"), forged
 
 
 def test_a_kernel_dying_inside_a_checker_fails_it(tmp_path):

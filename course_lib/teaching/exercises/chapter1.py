@@ -64,7 +64,8 @@ def check_weighted_sum_grads(weighted_sum_grads):
         grad_y = torch.randn(shape[:-1], dtype=torch.float64)
         # the answer must come from the formulas, not from autograd or the reference
         with without_autograd(name, references.weighted_sum_backward):
-            result = run_student_code(name, weighted_sum_grads, x, w, grad_y)
+            # copies: an answer that zeroes its inputs would otherwise zero the expected gradients
+            result = run_student_code(name, weighted_sum_grads, x.clone(), w.clone(), grad_y.clone())
         if not (isinstance(result, tuple) and len(result) == 2):
             raise ExerciseError(f"{name}: return a tuple (grad_x, grad_w), got {type(result).__name__}")
         expected_x, expected_w = references.weighted_sum_backward(x, w, grad_y)
