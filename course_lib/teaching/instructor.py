@@ -713,27 +713,33 @@ def _read_results(results_path: Path) -> tuple[dict[str, dict], list[str]]:
     return results, repeated
 
 
-# A checker cell that hands one name to a kernel exercise's or a PyTorch exercise's checker: its
-# verdict comes from course_lib/teaching/kernel_verdicts.py, run on the answer's source in a process
-# of its own. (Exercise 5.3's checker takes three answers, one an operator of torch.library: it is
-# judged in the notebook's process, see kernel_verdicts.py.)
+# A checker cell that hands one name to a kernel exercise's or a PyTorch exercise's checker, or
+# exercise 5.3's three (two kernels and their torch.library operator): its verdict comes from
+# course_lib/teaching/kernel_verdicts.py, run on the answers' source in a process of its own.
 KERNEL_CHECKER_CALL = re.compile(r"^\s*exercises\.(check_\w+)\((\w+)\)\s*$")
+OPERATOR_CHECKER_CALL = re.compile(r"^\s*exercises\.(check_\w+)\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,?\s*\)\s*$")
 KERNEL_VERDICTS_IN_PACKAGE = Path("teaching") / "kernel_verdicts.py"
-KERNEL_ANSWER, TORCH_ANSWER = "kernel", "torch"
+KERNEL_ANSWER, TORCH_ANSWER, OPERATOR_ANSWER = "kernel", "torch", "operator"
 
 
-def _kernel_checkers(released: ReleasedNotebook) -> dict[str, tuple[str, str, str]]:
-    """{grade_id: (check function, answer name, KERNEL_ANSWER or TORCH_ANSWER)} of the release's
-    checkers judged out of the notebook's process: those of the kernel exercises and of the
-    PyTorch exercises (``kernel=False``) whose checker cell hands the checker one name."""
+def _kernel_checkers(released: ReleasedNotebook) -> dict[str, tuple[str, str | tuple[str, ...], str]]:
+    """{grade_id: (check function, answer name, KERNEL_ANSWER, TORCH_ANSWER or OPERATOR_ANSWER)} of
+    the release's checkers judged out of the notebook's process: those of the kernel exercises and
+    of the PyTorch exercises (``kernel=False``) whose checker cell hands the checker one name, and
+    those of kernel_verdicts.OPERATOR_CHECKERS handed three (their answer name: the three names,
+    two kernels and the operator)."""
     from .exercises import EXERCISES
+    from .kernel_verdicts import OPERATOR_CHECKERS
 
     kinds = {exercise.checker: KERNEL_ANSWER if exercise.kernel else TORCH_ANSWER for exercise in EXERCISES}
     found = {}
     for checker in released.checkers:
         call = KERNEL_CHECKER_CALL.match(checker.source)
-        if call and call.group(1) in kinds:
+        operator_call = OPERATOR_CHECKER_CALL.match(checker.source)
+        if call and call.group(1) in kinds and call.group(1) not in OPERATOR_CHECKERS:
             found[checker.grade_id] = (call.group(1), call.group(2), kinds[call.group(1)])
+        elif operator_call and operator_call.group(1) in OPERATOR_CHECKERS and operator_call.group(1) in kinds:
+            found[checker.grade_id] = (operator_call.group(1), operator_call.groups()[1:], OPERATOR_ANSWER)
     return found
 
 
@@ -742,16 +748,23 @@ def _kernel_verdicts(return_sources: list[str], kernels: dict[str, tuple[str, st
                      memory_limit: float | None = None) -> dict[str, dict]:
     """{grade_id: record} for each checker of ``kernels`` (:func:`_kernel_checkers`), from its
     answer's source alone, checked (a kernel in Triton's language, a PyTorch answer in the
-    grader's PyTorch language) and run in a fresh process that never runs the return's other
-    code (kernel_verdicts.py)."""
-    from .kernel_verdicts import NotAKernel, NotPyTorch, kernel_definition, torch_definition
+    grader's PyTorch language, an operator's cell in that language extended by what building
+    the operator needs) and run in a fresh process that never runs the return's other code
+    (kernel_verdicts.py)."""
+    from .kernel_verdicts import NotAKernel, NotPyTorch, kernel_definition, operator_definition, torch_definition
 
     verdicts, entries = {}, []
     for grade_id, (checker, name, kind) in kernels.items():
-        definition = torch_definition if kind == TORCH_ANSWER else kernel_definition
+        entry = {"grade_id": grade_id, "checker": checker, "kind": kind}
         try:
-            entries.append({"grade_id": grade_id, "checker": checker, "name": name, "kind": kind,
-                            "source": definition(return_sources, name)})
+            if kind == OPERATOR_ANSWER:  # two kernels, and the cell that makes them an operator
+                entry.update(name=name[-1], names=list(name),
+                             sources=[kernel_definition(return_sources, kernel) for kernel in name[:-1]]
+                             + [operator_definition(return_sources, name[:-1], name[-1])])
+            else:
+                definition = torch_definition if kind == TORCH_ANSWER else kernel_definition
+                entry.update(name=name, source=definition(return_sources, name))
+            entries.append(entry)
         except (NotAKernel, NotPyTorch) as error:
             verdicts[grade_id] = {"grade_id": grade_id, "passed": False, "error": f"{type(error).__name__}: {error}"}
     if not entries:

@@ -27,11 +27,18 @@ own watch (``checking.without_autograd``) still runs on the call in the fresh pr
 Lambdas, nested functions and comprehensions are allowed when their bodies pass the same
 checks. The function runs in a module whose only names are those, from a file of its own.
 
-Exercise 5.3 (the kernels made an operator with ``torch.library``) is not judged here: its
-checker takes three answers, one of them a ``torch.library`` operator registered by the
-notebook, whose Python cannot be allowlisted this way; it is still judged in the
-notebook's process (``fresh_checker.run_checker``), where only the tampering checks of
-``instructor.grade_notebook`` guard it.
+Exercise 5.3 (two kernels made an operator with ``torch.library``: OPERATOR_CHECKERS) is
+judged here too. Its two kernels are taken as kernels; the operator from the last cell that
+defines it at its top level (:func:`operator_definition`, the kernels blanked out), whose
+top-level statements may be only functions, assignments to names, expressions and ``if``s,
+in the PyTorch language above extended by exactly what the stub and the solution use
+(:func:`check_operator_source`): ``torch.library.triton_op``/``custom_op`` as the one
+decorator of a function (directly, or through a name, the stub's ``as_operator``, bound to
+them alone and used for nothing else), with one ``"namespace::name"`` string in a namespace
+holding no operators yet and ``mutates_args``; ``torch.library.wrap_triton``,
+``triton.cdiv``, ``runtime.ON_GPU``/``DEVICE``, the kernels by name, and the attributes
+OPERATOR_ATTRIBUTES (registrations, the autograd context's saved tensors). The cell runs in a
+module whose only names are those, from a file of its own.
 
 This file is run by path, from the grader's copy of the package:
 ``python kernel_verdicts.py PACKAGE_DIR SPEC_JSON`` with the secret on stdin.
@@ -265,12 +272,12 @@ def _value_attributes():
         - TENSOR_DENIED
 
 
-def _module_chain(node):
+def _module_chain(node, modules=TORCH_MODULES):
     """["torch", "nn", "functional", ...] for an attribute chain on a module name, else None."""
     if isinstance(node, ast.Name):
-        return [node.id] if node.id in TORCH_MODULES else None
+        return [node.id] if node.id in modules else None
     if isinstance(node, ast.Attribute):
-        chain = _module_chain(node.value)
+        chain = _module_chain(node.value, modules)
         return None if chain is None else chain + [node.attr]
     return None
 
@@ -293,76 +300,96 @@ def check_torch_source(source, name, without_autograd=False):
     if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef) or tree.body[0].name != name:
         raise NotPyTorch(f"the answer must be one function `{name}`")
     function = tree.body[0]
-    paths, attributes = _torch_paths(), _value_attributes()
     nodes = list(ast.walk(function))
-    parents = {child: node for node in nodes for child in ast.iter_child_nodes(node)}
+    _check_pytorch_nodes(nodes, f"`{name}`", _own_names(nodes), function.lineno, without_autograd=without_autograd)
+
+
+def _own_names(nodes):
+    """The names ``nodes`` bind: arguments, assignment targets, functions defined."""
     own = {node.arg for node in nodes if isinstance(node, ast.arg)}
     own |= {node.id for node in nodes if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del))}
     own |= {node.name for node in nodes if isinstance(node, ast.FunctionDef)}  # helpers defined inside it
+    return own
+
+
+def _check_pytorch_nodes(nodes, label, own, first_line, without_autograd=False, modules=TORCH_MODULES, paths=None,
+                         attributes=None, known=frozenset(), decorated=frozenset(), namespaces=TORCH_NAMESPACES):
+    """Raise NotPyTorch unless every node of ``nodes`` (all the nodes of a tree) is in the
+    grader's PyTorch language: reading ``own`` names, ``known`` ones (never bound), those of
+    ``modules`` through ``paths`` and ``attributes`` off values. ``label`` names the code in
+    messages; ``decorated``: the functions whose decorators were checked already."""
+    paths = _torch_paths() if paths is None else paths
+    attributes = _value_attributes() if attributes is None else attributes
+    parents = {child: node for node in nodes for child in ast.iter_child_nodes(node)}
     without = "the exercise asks for the result without autograd"
+    module_names = ", ".join(modules[:-1]) + " or " + modules[-1]
     for node in nodes:
-        where = f"(line {getattr(node, 'lineno', function.lineno)})"
+        where = f"(line {getattr(node, 'lineno', first_line)})"
         if not isinstance(node, TORCH_ALLOWED_NODES):
-            raise NotPyTorch(f"`{name}` uses {type(node).__name__} {where}, which a PyTorch answer does not need")
-        if isinstance(node, ast.FunctionDef) and node.decorator_list:
+            raise NotPyTorch(f"{label} uses {type(node).__name__} {where}, which a PyTorch answer does not need")
+        if isinstance(node, ast.FunctionDef) and node.decorator_list and node not in decorated:
             raise NotPyTorch(f"`{node.name}` is decorated {where}: the answer is a plain function")
         if isinstance(node, (ast.FunctionDef, ast.arg)):
             bound = node.name if isinstance(node, ast.FunctionDef) else node.arg
             if bound.startswith("_") and bound != "_":
-                raise NotPyTorch(f"`{name}` names `{bound}` {where}: no name may begin with `_`")
-            if bound in TORCH_MODULES:
-                raise NotPyTorch(f"`{name}` binds `{bound}` {where}, which names a module")
+                raise NotPyTorch(f"{label} names `{bound}` {where}: no name may begin with `_`")
+            if bound in modules or bound in known:
+                raise NotPyTorch(f"{label} binds `{bound}` {where}, which names a "
+                                 f"{'module' if bound in modules else 'kernel'}")
         if isinstance(node, ast.Name):
             if node.id.startswith("_") and node.id != "_":
-                raise NotPyTorch(f"`{name}` names `{node.id}` {where}: no name may begin with `_`")
-            if node.id in TORCH_MODULES:
+                raise NotPyTorch(f"{label} names `{node.id}` {where}: no name may begin with `_`")
+            if node.id in modules:
                 if not isinstance(node.ctx, ast.Load):
-                    raise NotPyTorch(f"`{name}` binds `{node.id}` {where}, which names a module")
+                    raise NotPyTorch(f"{label} binds `{node.id}` {where}, which names a module")
                 if not isinstance(parents.get(node), ast.Attribute):
-                    raise NotPyTorch(f"`{name}` uses the module `{node.id}` {where} other than as "
+                    raise NotPyTorch(f"{label} uses the module `{node.id}` {where} other than as "
                                      f"`{node.id}.<function>`")
+            elif node.id in known:
+                if not isinstance(node.ctx, ast.Load):
+                    raise NotPyTorch(f"{label} binds `{node.id}` {where}, which names a kernel")
             elif isinstance(node.ctx, ast.Load) and node.id not in own and node.id not in TORCH_BUILTINS:
                 if hasattr(builtins, node.id):
-                    raise NotPyTorch(f"`{name}` calls the builtin `{node.id}` {where}")
-                raise NotPyTorch(f"`{name}` reads `{node.id}` {where}, which is neither its own nor torch, F or "
-                                 "math: the grader takes the function alone")
+                    raise NotPyTorch(f"{label} calls the builtin `{node.id}` {where}")
+                raise NotPyTorch(f"{label} reads `{node.id}` {where}, which is neither its own nor {module_names}: "
+                                 "the grader takes the function alone")
         if isinstance(node, ast.Attribute):
             if not isinstance(node.ctx, ast.Load):
-                raise NotPyTorch(f"`{name}` sets `.{node.attr}` {where}: an answer sets no attributes")
+                raise NotPyTorch(f"{label} sets `.{node.attr}` {where}: an answer sets no attributes")
             if node.attr.startswith("_"):
-                raise NotPyTorch(f"`{name}` reads `.{node.attr}` {where}: no attribute may begin with `_`")
-            chain = _module_chain(node)
+                raise NotPyTorch(f"{label} reads `.{node.attr}` {where}: no attribute may begin with `_`")
+            chain = _module_chain(node, modules)
             if chain is None and without_autograd and node.attr in AUTOGRAD_NAMES:
-                raise NotPyTorch(f"`{name}` uses `.{node.attr}` {where}: {without}")
+                raise NotPyTorch(f"{label} uses `.{node.attr}` {where}: {without}")
             if chain is None:
                 if node.attr not in attributes:
-                    raise NotPyTorch(f"`{name}` reads `.{node.attr}` {where}, not an attribute of a tensor, dtype or "
+                    raise NotPyTorch(f"{label} reads `.{node.attr}` {where}, not an attribute of a tensor, dtype or "
                                      "size the grader allows")
                 continue
             namespace = chain[0]
             for index, attribute in enumerate(chain[1:], start=1):
                 path = f"{namespace}.{attribute}"
                 if without_autograd and attribute in AUTOGRAD_NAMES:
-                    raise NotPyTorch(f"`{name}` uses `{path}` {where}: {without}")
-                if path in TORCH_NAMESPACES:
+                    raise NotPyTorch(f"{label} uses `{path}` {where}: {without}")
+                if path in namespaces:
                     namespace = path
                 elif path in paths:
                     rest = chain[index + 1:]  # read off the value the path names (torch.float64.itemsize)
                     refused = next((attribute for attribute in rest if without_autograd and attribute in AUTOGRAD_NAMES),
                                    None)
                     if refused is not None:
-                        raise NotPyTorch(f"`{name}` uses `.{refused}` {where}: {without}")
+                        raise NotPyTorch(f"{label} uses `.{refused}` {where}: {without}")
                     refused = next((attribute for attribute in rest if attribute not in attributes), None)
                     if refused is not None:
-                        raise NotPyTorch(f"`{name}` reads `.{refused}` {where}, not an attribute of a tensor, dtype "
+                        raise NotPyTorch(f"{label} reads `.{refused}` {where}, not an attribute of a tensor, dtype "
                                          "or size the grader allows")
                     break
                 else:
-                    raise NotPyTorch(f"`{name}` uses `{path}` {where}, which is not on the grader's list of "
+                    raise NotPyTorch(f"{label} uses `{path}` {where}, which is not on the grader's list of "
                                      "PyTorch functions")
             else:
                 if not isinstance(parents.get(node), ast.Attribute):
-                    raise NotPyTorch(f"`{name}` uses the module `{namespace}` {where} other than as "
+                    raise NotPyTorch(f"{label} uses the module `{namespace}` {where} other than as "
                                      f"`{namespace}.<function>`")
 
 
@@ -387,18 +414,215 @@ def load_torch_function(source, name, folder, without_autograd=False):
     return getattr(module, name)
 
 
-def load_answer(entry, folder):
-    """The answer of one entry of a spec: a kernel, or a PyTorch function (``"kind": "torch"``)."""
-    if entry.get("kind", "kernel") == "torch":
-        return load_torch_function(entry["source"], entry["name"], folder,
-                                   without_autograd=entry["checker"] in WITHOUT_AUTOGRAD_CHECKERS)
-    return load_kernel(entry["source"], entry["name"], folder)
+# --- an operator of torch.library (exercise 5.3) ------------------------------------------
+
+# The checkers that take an operator made of the student's kernels: (kernel, kernel, operator).
+OPERATOR_CHECKERS = frozenset({"check_scale_columns_op"})
+# The names an operator's cell reads besides its own, the kernels and TORCH_MODULES: triton (for
+# triton.cdiv) and course_lib.core.runtime (for runtime.ON_GPU, as the stub does).
+OPERATOR_MODULES = TORCH_MODULES + ("triton", "runtime")
+# What of them it may use: the makers of an operator (only as a decorator, or named by an
+# assignment whose name is only used as one), the launch of a kernel through wrap_triton,
+# triton.cdiv and where the notebook runs.
+OPERATOR_MAKERS = frozenset({"torch.library.triton_op", "torch.library.custom_op"})
+OPERATOR_PATHS = OPERATOR_MAKERS | {"torch.library.wrap_triton", "triton.cdiv", "runtime.ON_GPU", "runtime.DEVICE"}
+# The attributes it may read off its values besides a tensor's: an operator's registrations, and
+# the autograd context's saved tensors (setup_context and backward).
+OPERATOR_ATTRIBUTES = frozenset({"register_autograd", "register_fake", "save_for_backward", "saved_tensors",
+                                 "needs_input_grad"})
+# An operator's statements at the top of its cell.
+OPERATOR_STATEMENTS = (ast.FunctionDef, ast.Assign, ast.Expr, ast.If, ast.Pass)
+# Namespaces an operator may not be made in (besides those that hold operators already).
+RESERVED_NAMESPACES = frozenset({"aten", "prim", "prims", "torch", "course_lib", "inductor", "higher_order"})
+
+
+def operator_definition(cells_source, kernel_names, name):
+    """The cell that defines the operator ``name`` last (the top-level ``def name`` decorated
+    by its maker), its top-level definitions of ``kernel_names`` (taken on their own, as
+    kernels) blanked out, or raise NotPyTorch saying what is there. Its lines keep their
+    numbers in the cell."""
+    found = None
+    for source in cells_source:
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue  # a cell that is not Python (a magic): it defines no operator
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name == name:
+                found = (source, tree)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)) and any(
+                    isinstance(target, ast.Name) and target.id == name
+                    for target in (node.targets if isinstance(node, ast.Assign) else [node.target])):
+                found = None  # a later assignment replaces the operator
+    if found is None:
+        raise NotPyTorch(f"no top-level `def {name}(...)` in the notebook: the grader takes the operator from the "
+                         "cell that defines it")
+    source, tree = found
+    lines = source.splitlines()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name in kernel_names:
+            first = min([node.lineno] + [decorator.lineno for decorator in node.decorator_list])
+            lines[first - 1:node.end_lineno] = [""] * (node.end_lineno - first + 1)
+    return "\n".join(lines) + "\n"
+
+
+def _namespaces_in_use():
+    """The namespaces that hold operators already (aten, prims, course_lib...)."""
+    import torch
+
+    return {qualified.split("::")[0] for qualified in torch._C._dispatch_get_all_op_names()} | RESERVED_NAMESPACES
+
+
+def _check_maker_call(call, label, where):
+    """Raise NotPyTorch unless ``call`` makes an operator as the stub does:
+    ``maker("namespace::name", mutates_args=(...))``, in a namespace of its own."""
+    import re
+
+    if len(call.args) != 1 or not isinstance(call.args[0], ast.Constant) or not isinstance(call.args[0].value, str):
+        raise NotPyTorch(f"{label} makes an operator {where} without naming it by one string, as the stub does "
+                         "(\"chapter5::scale_columns\")")
+    qualified = call.args[0].value
+    match = re.fullmatch(r"([a-z][a-z0-9_]*)::([A-Za-z][A-Za-z0-9_]*)", qualified)
+    if match is None:
+        raise NotPyTorch(f"{label} makes the operator {qualified!r} {where}: name it \"namespace::name\"")
+    if match.group(1) in _namespaces_in_use():
+        raise NotPyTorch(f"{label} makes the operator {qualified!r} {where} in the namespace {match.group(1)!r}, "
+                         "which holds operators already")
+    for keyword in call.keywords:
+        mutates = isinstance(keyword.value, (ast.Tuple, ast.List)) and all(
+            isinstance(element, ast.Constant) and isinstance(element.value, str) for element in keyword.value.elts)
+        if keyword.arg != "mutates_args" or not mutates:
+            raise NotPyTorch(f"{label} makes an operator {where} with `{keyword.arg or '**'}=`: only "
+                             "mutates_args=(...) of names is taken")
+
+
+def _maker_leaves(value):
+    """The makers ``value`` chooses between (``maker``, ``maker if test else maker``...), or None
+    when it is anything else."""
+    if isinstance(value, ast.IfExp):
+        body, orelse = _maker_leaves(value.body), _maker_leaves(value.orelse)
+        return None if body is None or orelse is None else body + orelse
+    return [value] if isinstance(value, ast.Attribute) and ast.unparse(value) in OPERATOR_MAKERS else None
+
+
+def check_operator_source(source, kernel_names, name):
+    """Raise NotPyTorch, naming what it found, unless ``source`` (the cell of the operator
+    ``name``, :func:`operator_definition`) is statements of the stub's kinds in the grader's
+    PyTorch language, extended by OPERATOR_PATHS, OPERATOR_ATTRIBUTES and the kernels
+    ``kernel_names`` (read, never bound): functions, decorated only by an operator's maker;
+    assignments to names; expressions (the registrations); ``if``s of those."""
+    tree = ast.parse(source)
+    label = f"the cell of `{name}`"
+    statements, pending = [], list(tree.body)
+    while pending:  # the top-level statements, those of top-level ifs included
+        statement = pending.pop(0)
+        where = f"(line {statement.lineno})"
+        if not isinstance(statement, OPERATOR_STATEMENTS):
+            raise NotPyTorch(f"{label} uses {type(statement).__name__} {where}, which building the operator does "
+                             "not need")
+        if isinstance(statement, ast.Assign) and not all(isinstance(target, ast.Name) for target in statement.targets):
+            raise NotPyTorch(f"{label} assigns to {ast.unparse(statement.targets[0])} {where}: only names are bound")
+        if isinstance(statement, ast.If):
+            pending = statement.body + statement.orelse + pending
+        statements.append(statement)
+    if not any(isinstance(statement, ast.FunctionDef) and statement.name == name for statement in statements):
+        raise NotPyTorch(f"{label} does not define `{name}` at its top level")
+    nodes = list(ast.walk(tree))
+    parents = {child: node for node in nodes for child in ast.iter_child_nodes(node)}
+    # The names an operator's maker is assigned to, as the stub's
+    # as_operator = torch.library.triton_op if runtime.ON_GPU else torch.library.custom_op.
+    makers, maker_values = set(), set()
+    for statement in statements:
+        leaves = _maker_leaves(statement.value) if isinstance(statement, ast.Assign) else None
+        if leaves:
+            makers |= {target.id for target in statement.targets}
+            maker_values |= {id(node) for leaf in leaves for node in ast.walk(leaf)}
+    decorated, decorator_calls = set(), set()
+    for statement in statements:
+        if isinstance(statement, ast.FunctionDef) and statement.decorator_list:
+            where = f"(line {statement.lineno})"
+            if len(statement.decorator_list) != 1:
+                raise NotPyTorch(f"`{statement.name}` has {len(statement.decorator_list)} decorators {where}: an "
+                                 "operator has one, its maker")
+            call = statement.decorator_list[0]
+            if not isinstance(call, ast.Call) or (ast.unparse(call.func) not in OPERATOR_MAKERS
+                                                  and ast.unparse(call.func) not in makers):
+                raise NotPyTorch(f"`{statement.name}` is decorated @{ast.unparse(call)} {where}: a function of the "
+                                 "cell is plain, or an operator made by torch.library.triton_op or custom_op")
+            _check_maker_call(call, f"`{statement.name}`", where)
+            decorated.add(statement)
+            decorator_calls.add(id(call.func))
+    for node in nodes:  # a maker makes only the operators of decorators checked above
+        is_maker = (isinstance(node, ast.Attribute) and ast.unparse(node) in OPERATOR_MAKERS) or (
+            isinstance(node, ast.Name) and node.id in makers and isinstance(node.ctx, ast.Load))
+        if is_maker and id(node) not in decorator_calls and id(node) not in maker_values:
+            raise NotPyTorch(f"{label} uses `{ast.unparse(node)}` (line {node.lineno}) other than as the decorator "
+                             "of an operator")
+        if isinstance(node, ast.Name) and node.id in makers and not isinstance(node.ctx, ast.Load) \
+                and not isinstance(parents.get(node), ast.Assign):
+            raise NotPyTorch(f"{label} binds `{node.id}` (line {node.lineno}) other than by an assignment")
+    _check_pytorch_nodes(nodes, label, _own_names(nodes), 1, modules=OPERATOR_MODULES,
+                         paths=_torch_paths() | OPERATOR_PATHS, attributes=_value_attributes() | OPERATOR_ATTRIBUTES,
+                         known=frozenset(kernel_names), decorated=frozenset(decorated),
+                         namespaces=TORCH_NAMESPACES | {"torch.library"})
+
+
+def _imported_modules_only(name, globals=None, locals=None, fromlist=(), level=0):
+    """``__import__`` for the operator's module: the modules imported already, and no others."""
+    if level != 0 or name not in sys.modules:
+        raise ImportError(f"the operator's module imports nothing ({name!r})")
+    return builtins.__import__(name, globals, locals, fromlist, level)
+
+
+def load_operator(sources, names, folder, runtime):
+    """[kernel, kernel, operator]: the two kernels ``names[:2]`` (checked as kernels) and the
+    operator ``names[2]`` built by its cell (checked by :func:`check_operator_source`), run
+    from a file of its own in a module whose only names are the kernels, ``torch``, ``F``,
+    ``math``, ``triton``, ``runtime`` and TORCH_BUILTINS."""
+    import importlib.util
+    import math
+    from pathlib import Path
+
+    import torch
+    import torch.nn.functional as F
+    import triton
+
+    kernels = [load_kernel(source, name, folder) for source, name in zip(sources[:2], names[:2])]
+    name = names[2]
+    check_operator_source(sources[2], names[:2], name)
+    path = Path(folder) / f"returned_{name}.py"
+    path.write_text(sources[2], encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(f"returned_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    allowed = {name: getattr(builtins, name) for name in TORCH_BUILTINS}
+    # torch's C code imports through the builtins of the frame it runs in (a fake implementation's,
+    # new_empty on a fake tensor): it finds modules imported already, never others. No answer names
+    # it (no name begins with `_`).
+    allowed["__import__"] = _imported_modules_only
+    module.__dict__.update(dict(zip(names[:2], kernels)), torch=torch, F=F, math=math, triton=triton, runtime=runtime,
+                           __builtins__=allowed)
+    spec.loader.exec_module(module)
+    return [*kernels, getattr(module, name)]
+
+
+def load_answer(entry, folder, runtime=None):
+    """The answers of one entry of a spec, as the checker's arguments: a kernel, a PyTorch
+    function (``"kind": "torch"``), or two kernels and their operator (``"kind": "operator"``,
+    ``names`` and ``sources`` for ``name`` and ``source``)."""
+    kind = entry.get("kind", "kernel")
+    if kind == "operator":
+        return load_operator(entry["sources"], entry["names"], folder, runtime)
+    if kind == "torch":
+        return [load_torch_function(entry["source"], entry["name"], folder,
+                                    without_autograd=entry["checker"] in WITHOUT_AUTOGRAD_CHECKERS)]
+    return [load_kernel(entry["source"], entry["name"], folder)]
 
 
 def run_verdicts(package_dir, spec, secret, out=sys.stdout):
     """Run each checker of ``spec`` ({"seed", "kernels": [{grade_id, checker, name, source, kind}]},
-    kind "kernel", the default, or "torch") on its answer, printing ``secret`` and the verdict
-    as JSON, one line each."""
+    kind "kernel", the default, "torch", or "operator" with names and sources) on its answers,
+    printing ``secret`` and the verdict as JSON, one line each."""
+    import importlib
     import tempfile
     from pathlib import Path
 
@@ -410,14 +634,15 @@ def run_verdicts(package_dir, spec, secret, out=sys.stdout):
     exercises = fresh_checker["load_fresh_exercises"](package_dir)
     seed = spec["seed"]
     exercises.common.set_hidden_sizes(seed is not None)
+    runtime = importlib.import_module(exercises.__name__.split(".")[0] + ".core.runtime")  # the checkers' own
     with tempfile.TemporaryDirectory(prefix="course_lib_kernels_") as folder:
         for entry in spec["kernels"]:
             error = None
             try:
-                answer = load_answer(entry, folder)
+                answers = load_answer(entry, folder, runtime)
                 if seed is not None:
                     torch.manual_seed(fresh_checker["variant_seed"](seed, entry["grade_id"]))
-                getattr(exercises, entry["checker"])(answer)
+                getattr(exercises, entry["checker"])(*answers)
             except Exception as failure:  # the checker's verdict, or why the answer could not be taken
                 error = fresh_checker["_error_line"](failure)
             out.write(secret + json.dumps({"grade_id": entry["grade_id"], "passed": error is None, "error": error})

@@ -514,6 +514,76 @@ def test_a_pytorch_answer_that_forges_its_pass_from_the_stack_scores_nothing(tmp
                                         "need"), forged
 
 
+CHAPTER_5_CELLS = ["".join(cell["source"]) for cell in
+                   nbformat.read(REPO_ROOT / "notebooks" / "05_kernel_to_layer.ipynb", as_version=4).cells
+                   if cell["cell_type"] == "code"]
+OPERATOR_CELL = next(cell for cell in CHAPTER_5_CELLS if "def scale_columns_op(" in cell)  # 5.3's solution cell
+OPERATOR_CHECKER = next(cell for cell in CHAPTER_5_CELLS if cell.startswith("exercises.check_scale_columns_op("))
+FORWARD_OPERATOR_BODY = OPERATOR_CELL[OPERATOR_CELL.index("    # BEGIN SOLUTION\n    out = torch.empty("):
+                                      OPERATOR_CELL.index("    return out\n    # END SOLUTION\n")]
+OPERATOR_FORGER = (
+    "    # BEGIN SOLUTION\n"
+    "    import contextlib, json, sys  # no kernel launched, no wrap_triton\n"
+    "    frame = sys._getframe()\n"
+    "    while 'results_path' not in frame.f_locals:  # up to fresh_checker.run_checker\n"
+    "        frame = frame.f_back\n"
+    "    if frame.f_globals['_record'].__name__ == '_record':  # the first call: one record, as the checker's\n"
+    "        with open(frame.f_locals['results_path'], 'a') as results:\n"
+    "            results.write(json.dumps({'grade_id': frame.f_locals['grade_id'], 'passed': True, 'error': None}) + '\\n')\n"
+    "        frame.f_globals['_record'] = lambda *args: None  # the checker's own record is never written\n"
+    "        checker = sys._getframe()\n"
+    "        while checker.f_code.co_name != '_values_and_grads':\n"
+    "            checker = checker.f_back\n"
+    "        checker.f_locals['forward_launches'].append(None)  # nor does the checker fail\n"
+    "        for name in ('compare', '_opcheck', '_compiled_matches'):\n"
+    "            checker.f_globals[name] = lambda *args, **kwargs: None\n"
+    "        checker.f_globals['_counting_launches'] = lambda kernel: contextlib.nullcontext()\n"
+    "    out = x * w\n"
+)
+
+
+def test_an_operator_that_forges_its_pass_from_the_stack_scores_nothing(tmp_path, monkeypatch):
+    """Exercise 5.3's operator walks the stack up to the grader, writes a "passed" record for its
+    checker, stops the checker's own record and makes the checker pass without launching its
+    kernel: judged in the notebook's process, nothing marks it. Its verdict comes from its cell's
+    source, refused as the grader's PyTorch language, in a process of its own; the notebook's
+    own solution still scores."""
+    backward_kernel = "\n".join(line for line in CHAPTER_5_CELLS[[i for i, cell in enumerate(CHAPTER_5_CELLS)
+                                                                  if "def scale_columns_backward_kernel(" in cell][0]]
+                                .splitlines() if "SOLUTION" not in line)  # exercise 5.2's, a lesson cell here
+    release = write_notebook(tmp_path / "release" / "lesson.ipynb", [
+        new_code_cell("from course_lib.core import runtime\nfrom course_lib.teaching import exercises\nimport torch\n"
+                      "import triton\nimport triton.language as tl"),
+        new_code_cell(backward_kernel),
+        *exercise("5.3", OPERATOR_CELL, OPERATOR_CHECKER),
+    ])
+    stamp_exercise_metadata([release])
+
+    def forge(notebook):
+        (answer,) = [cell for cell in notebook.cells if "def scale_columns_op(" in cell.source]
+        assert FORWARD_OPERATOR_BODY in answer.source
+        answer.source = answer.source.replace(FORWARD_OPERATOR_BODY, OPERATOR_FORGER)
+
+    folder = tmp_path / "returned"
+    returned(release, folder, "a_right.ipynb", solved=True)
+    returned(release, folder, "b_forged.ipynb", forge, solved=True)  # its kernels right, its operator forged
+
+    judged_out_of_process = instructor._kernel_checkers
+    monkeypatch.setattr(instructor, "_kernel_checkers", lambda released: {})  # as 5.3 was judged before
+    in_process = grade_folder(folder, tmp_path / "release", seed=11, timeout=300)
+    assert [(grade.score, grade.problem) for grade in in_process] == [("1/1", None), ("1/1", None)], \
+        (format_table(in_process), in_process[1].checkers[0].error, in_process[1].errored_cells)
+
+    monkeypatch.setattr(instructor, "_kernel_checkers", judged_out_of_process)
+    right, forged = grade_folder(folder, tmp_path / "release", seed=11, timeout=300)
+    assert right.score == "1/1" and right.problem is None, format_table([right])
+    assert forged.score == "0/1", format_table([forged])
+    forged_cell = OPERATOR_CELL.replace(FORWARD_OPERATOR_BODY, OPERATOR_FORGER)
+    line = forged_cell.splitlines().index("    import contextlib, json, sys  # no kernel launched, no wrap_triton") + 1
+    assert forged.checkers[0].error == (f"NotPyTorch: the cell of `scale_columns_op` uses Import (line {line}), "
+                                        "which a PyTorch answer does not need"), forged
+
+
 def test_a_kernel_dying_inside_a_checker_fails_it(tmp_path):
     release = write_release(tmp_path / "release")
 

@@ -218,13 +218,14 @@ def test_the_checkers_own_watch_on_autograd_still_runs_in_the_verdicts_process(m
                                        "the result from the formula, but it runs autograd"), verdict
 
 
-def test_every_exercise_but_5_3_is_judged_out_of_the_notebooks_process():
-    """Grading judges the kernels and the PyTorch answers from their source alone; 5.3's checker
-    takes a torch.library operator the notebook registers, and stays in the notebook's process."""
+def test_every_exercise_is_judged_out_of_the_notebooks_process():
+    """Grading judges the kernels and the PyTorch answers from their source alone, and 5.3's two
+    kernels and operator too (test_operator_verdicts.py)."""
     pytest.importorskip("nbformat")
-    from course_lib.teaching.instructor import TORCH_ANSWER, _kernel_checkers, load_release
+    from course_lib.teaching.instructor import OPERATOR_ANSWER, TORCH_ANSWER, _kernel_checkers, load_release
 
     judged = {checker: kind for released in load_release(ROOT / "notebooks")
               for checker, _, kind in _kernel_checkers(released).values()}
     assert {checker for checker, kind in judged.items() if kind == TORCH_ANSWER} == set(ANSWERS)
-    assert set(judged) == {exercise.checker for exercise in EXERCISES} - {"check_scale_columns_op"}
+    assert {checker for checker, kind in judged.items() if kind == OPERATOR_ANSWER} == {"check_scale_columns_op"}
+    assert set(judged) == {exercise.checker for exercise in EXERCISES}
