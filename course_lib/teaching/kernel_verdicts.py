@@ -87,9 +87,9 @@ def _language_names():
     return {name for name in dir(tl) if not name.startswith("_") and not isinstance(getattr(tl, name), types.ModuleType)}
 
 
-def _last_definition(cells_source, name):
-    """The source of the last top-level ``def name(...)`` among ``cells_source``, its
-    decorators included, or None (none, or a later top-level assignment replaces it)."""
+def _last_top_level_def(cells_source, name):
+    """(cell source, its tree, the node) of the last top-level ``def name(...)`` among
+    ``cells_source``, or None (none, or a later top-level assignment replaces it)."""
     found = None
     for source in cells_source:
         try:
@@ -98,17 +98,27 @@ def _last_definition(cells_source, name):
             continue  # a cell that is not Python (a magic): it defines no function
         for node in tree.body:
             if isinstance(node, ast.FunctionDef) and node.name == name:
-                found = (source, node)
+                found = (source, tree, node)
             elif isinstance(node, (ast.Assign, ast.AnnAssign)) and any(
                     isinstance(target, ast.Name) and target.id == name
                     for target in (node.targets if isinstance(node, ast.Assign) else [node.target])):
                 found = None  # a later assignment replaces the function
+    return found
+
+
+def _first_line(node):
+    """The line a definition starts on, its decorators included."""
+    return min([node.lineno] + [decorator.lineno for decorator in node.decorator_list])
+
+
+def _last_definition(cells_source, name):
+    """The source of the last top-level ``def name(...)`` among ``cells_source``, its
+    decorators included, or None (none, or a later top-level assignment replaces it)."""
+    found = _last_top_level_def(cells_source, name)
     if found is None:
         return None
-    source, node = found
-    lines = source.splitlines()
-    first = min([node.lineno] + [decorator.lineno for decorator in node.decorator_list])
-    return "\n".join(lines[first - 1:node.end_lineno]) + "\n"
+    source, _, node = found
+    return "\n".join(source.splitlines()[_first_line(node) - 1:node.end_lineno]) + "\n"
 
 
 def kernel_definition(cells_source, name):
@@ -441,27 +451,15 @@ def operator_definition(cells_source, kernel_names, name):
     by its maker), its top-level definitions of ``kernel_names`` (taken on their own, as
     kernels) blanked out, or raise NotPyTorch saying what is there. Its lines keep their
     numbers in the cell."""
-    found = None
-    for source in cells_source:
-        try:
-            tree = ast.parse(source)
-        except SyntaxError:
-            continue  # a cell that is not Python (a magic): it defines no operator
-        for node in tree.body:
-            if isinstance(node, ast.FunctionDef) and node.name == name:
-                found = (source, tree)
-            elif isinstance(node, (ast.Assign, ast.AnnAssign)) and any(
-                    isinstance(target, ast.Name) and target.id == name
-                    for target in (node.targets if isinstance(node, ast.Assign) else [node.target])):
-                found = None  # a later assignment replaces the operator
+    found = _last_top_level_def(cells_source, name)
     if found is None:
         raise NotPyTorch(f"no top-level `def {name}(...)` in the notebook: the grader takes the operator from the "
                          "cell that defines it")
-    source, tree = found
+    source, tree, _ = found
     lines = source.splitlines()
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name in kernel_names:
-            first = min([node.lineno] + [decorator.lineno for decorator in node.decorator_list])
+            first = _first_line(node)
             lines[first - 1:node.end_lineno] = [""] * (node.end_lineno - first + 1)
     return "\n".join(lines) + "\n"
 
