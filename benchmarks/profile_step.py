@@ -33,14 +33,11 @@ from course_lib.core.benchmarking import require_gpu, training_step
 from course_lib.teaching.notebook import host_and_gpu_events
 
 
-@functools.cache
-def _hidden_keys(n, device):
-    return torch.ones(n, n, dtype=torch.bool, device=device).triu(diagonal=1)
+_hidden_keys = functools.cache(references.causal_mask)  # made once a shape, as a model keeps it
 
 
 def _masked_softmax(x):
-    """torch's causal softmax as bench_softmax times it, its mask made once a shape (as a
-    model keeps it), not in every step."""
+    """torch's causal softmax as bench_softmax times it, its mask made once a shape, not in every step."""
     return masked_softmax(x, _hidden_keys(x.shape[-1], x.device))
 
 

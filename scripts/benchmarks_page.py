@@ -149,10 +149,13 @@ def step_table(rows):
     return lines
 
 
+TABLES_OF_THEIR_OWN = ("step", "host")  # passes listed in step_table and host_table, not kernel_table
+
+
 def kernel_table(rows):
     """One Markdown table for one kernel: a line per (pass, dtype, shape) of the
     kernels' own passes (the steps have step_table)."""
-    cases = _cases([row for row in rows if row["pass"] not in ("step", "host")])
+    cases = _cases([row for row in rows if row["pass"] not in TABLES_OF_THEIR_OWN])
     with_memory = any("peak_extra_bytes" in row for row in rows)
     header = HEADER + ([MEMORY_HEADER] if with_memory else []) + [TARGETS_HEADER]
     lines = [
@@ -260,7 +263,7 @@ def results_section(path, data):
         lines += ["", "This file holds no measurements."]
     for kernel, rows in kernels.items():
         lines += ["", f"### `{kernel}`"]
-        if any(row["pass"] not in ("step", "host") for row in rows):  # a step-only kernel has no empty table
+        if any(row["pass"] not in TABLES_OF_THEIR_OWN for row in rows):  # a step-only kernel has no empty table
             lines += [""] + kernel_table(rows)
         steps = [row for row in rows if row["pass"] == "step"]
         if steps:

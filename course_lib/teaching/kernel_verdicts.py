@@ -170,19 +170,26 @@ def load_kernel(source, name, folder):
     """The kernel defined by ``source`` (checked first), from a file of its own in
     ``folder`` (Triton reads a kernel's source from its file), in a module whose only
     names are ``triton``, ``tl`` and KERNEL_BUILTINS."""
-    import importlib.util
-    from pathlib import Path
-
     import triton
     import triton.language as tl
 
     check_kernel_source(source, name)
+    return _run_as_module(source, name, folder, dict(triton=triton, tl=tl), KERNEL_BUILTINS)
+
+
+def _run_as_module(source, name, folder, names, allowed_builtins, extra_builtins=None):
+    """``name`` as defined by ``source`` (checked already), run from a file of its own in
+    ``folder`` (Triton reads a kernel's source from its file), in a module whose only names
+    are ``names`` and the builtins ``allowed_builtins`` (and ``extra_builtins``, a dict)."""
+    import importlib.util
+    from pathlib import Path
+
     path = Path(folder) / f"returned_{name}.py"
     path.write_text(source, encoding="utf-8")
     spec = importlib.util.spec_from_file_location(f"returned_{name}", path)
     module = importlib.util.module_from_spec(spec)
-    module.__dict__.update(triton=triton, tl=tl,
-                           __builtins__={name: getattr(builtins, name) for name in KERNEL_BUILTINS})
+    module.__dict__.update(names, __builtins__={builtin: getattr(builtins, builtin) for builtin in allowed_builtins}
+                           | (extra_builtins or {}))
     spec.loader.exec_module(module)
     return getattr(module, name)
 
@@ -333,6 +340,16 @@ def _check_pytorch_nodes(nodes, label, own, first_line, without_autograd=False, 
     parents = {child: node for node in nodes for child in ast.iter_child_nodes(node)}
     without = "the exercise asks for the result without autograd"
     module_names = ", ".join(modules[:-1]) + " or " + modules[-1]
+
+    def refuse_value_attributes(read, where):
+        """Raise unless every attribute ``read`` off a value (x.sum, torch.float64.itemsize) is allowed."""
+        refused = next((attribute for attribute in read if without_autograd and attribute in AUTOGRAD_NAMES), None)
+        if refused is not None:
+            raise NotPyTorch(f"{label} uses `.{refused}` {where}: {without}")
+        refused = next((attribute for attribute in read if attribute not in attributes), None)
+        if refused is not None:
+            raise NotPyTorch(f"{label} reads `.{refused}` {where}, not an attribute of a tensor, dtype or size the "
+                             "grader allows")
     for node in nodes:
         where = f"(line {getattr(node, 'lineno', first_line)})"
         if not isinstance(node, TORCH_ALLOWED_NODES):
@@ -369,12 +386,8 @@ def _check_pytorch_nodes(nodes, label, own, first_line, without_autograd=False, 
             if node.attr.startswith("_"):
                 raise NotPyTorch(f"{label} reads `.{node.attr}` {where}: no attribute may begin with `_`")
             chain = _module_chain(node, modules)
-            if chain is None and without_autograd and node.attr in AUTOGRAD_NAMES:
-                raise NotPyTorch(f"{label} uses `.{node.attr}` {where}: {without}")
             if chain is None:
-                if node.attr not in attributes:
-                    raise NotPyTorch(f"{label} reads `.{node.attr}` {where}, not an attribute of a tensor, dtype or "
-                                     "size the grader allows")
+                refuse_value_attributes([node.attr], where)
                 continue
             namespace = chain[0]
             for index, attribute in enumerate(chain[1:], start=1):
@@ -384,15 +397,7 @@ def _check_pytorch_nodes(nodes, label, own, first_line, without_autograd=False, 
                 if path in namespaces:
                     namespace = path
                 elif path in paths:
-                    rest = chain[index + 1:]  # read off the value the path names (torch.float64.itemsize)
-                    refused = next((attribute for attribute in rest if without_autograd and attribute in AUTOGRAD_NAMES),
-                                   None)
-                    if refused is not None:
-                        raise NotPyTorch(f"{label} uses `.{refused}` {where}: {without}")
-                    refused = next((attribute for attribute in rest if attribute not in attributes), None)
-                    if refused is not None:
-                        raise NotPyTorch(f"{label} reads `.{refused}` {where}, not an attribute of a tensor, dtype "
-                                         "or size the grader allows")
+                    refuse_value_attributes(chain[index + 1:], where)  # read off the value the path names
                     break
                 else:
                     raise NotPyTorch(f"{label} uses `{path}` {where}, which is not on the grader's list of "
@@ -406,22 +411,13 @@ def _check_pytorch_nodes(nodes, label, own, first_line, without_autograd=False, 
 def load_torch_function(source, name, folder, without_autograd=False):
     """The function defined by ``source`` (checked first), from a file of its own in
     ``folder``, in a module whose only names are ``torch``, ``F``, ``math`` and TORCH_BUILTINS."""
-    import importlib.util
     import math
-    from pathlib import Path
 
     import torch
     import torch.nn.functional as F
 
     check_torch_source(source, name, without_autograd)
-    path = Path(folder) / f"returned_{name}.py"
-    path.write_text(source, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(f"returned_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    module.__dict__.update(torch=torch, F=F, math=math,
-                           __builtins__={name: getattr(builtins, name) for name in TORCH_BUILTINS})
-    spec.loader.exec_module(module)
-    return getattr(module, name)
+    return _run_as_module(source, name, folder, dict(torch=torch, F=F, math=math), TORCH_BUILTINS)
 
 
 # --- an operator of torch.library (exercise 5.3) ------------------------------------------
@@ -577,9 +573,7 @@ def load_operator(sources, names, folder, runtime):
     operator ``names[2]`` built by its cell (checked by :func:`check_operator_source`), run
     from a file of its own in a module whose only names are the kernels, ``torch``, ``F``,
     ``math``, ``triton``, ``runtime`` and TORCH_BUILTINS."""
-    import importlib.util
     import math
-    from pathlib import Path
 
     import torch
     import torch.nn.functional as F
@@ -588,19 +582,13 @@ def load_operator(sources, names, folder, runtime):
     kernels = [load_kernel(source, name, folder) for source, name in zip(sources[:2], names[:2])]
     name = names[2]
     check_operator_source(sources[2], names[:2], name)
-    path = Path(folder) / f"returned_{name}.py"
-    path.write_text(sources[2], encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(f"returned_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    allowed = {name: getattr(builtins, name) for name in TORCH_BUILTINS}
     # torch's C code imports through the builtins of the frame it runs in (a fake implementation's,
     # new_empty on a fake tensor): it finds modules imported already, never others. No answer names
     # it (no name begins with `_`).
-    allowed["__import__"] = _imported_modules_only
-    module.__dict__.update(dict(zip(names[:2], kernels)), torch=torch, F=F, math=math, triton=triton, runtime=runtime,
-                           __builtins__=allowed)
-    spec.loader.exec_module(module)
-    return [*kernels, getattr(module, name)]
+    operator = _run_as_module(sources[2], name, folder,
+                              dict(zip(names[:2], kernels), torch=torch, F=F, math=math, triton=triton, runtime=runtime),
+                              TORCH_BUILTINS, {"__import__": _imported_modules_only})
+    return [*kernels, operator]
 
 
 def load_answer(entry, folder, runtime=None):
