@@ -3,6 +3,7 @@
     python -m benchmarks                          # every kernel, writes the results file
     python -m benchmarks --only softmax,layernorm # some kernels; printed, written only with --out
     python -m benchmarks --merge a.json b.json    # results of several runs (--only ... --out) into one file
+    python -m benchmarks --steps-only --out s.json # the training-step rows alone, at their shapes
 
 A GPU host that allows a few minutes a command runs the kernels in parts and merges them;
 each row keeps the copy bandwidth of its own run.
@@ -71,11 +72,16 @@ def main():
     parser = argparse.ArgumentParser(description="Benchmark course_lib against torch and torch.compile.")
     parser.add_argument("--only", help=f"comma-separated subset of {','.join(NAMES)}")
     parser.add_argument("--out", help="results file (default: course_lib/results/<gpu>.json when all run)")
+    parser.add_argument("--steps-only", action="store_true",
+                        help="only the training-step rows (no forward or backward rows): a fraction of the time")
     parser.add_argument("--merge", nargs="+", metavar="RESULTS", help="merge these results files instead of running")
     arguments = parser.parse_args()
     if arguments.merge:
         print("wrote", merge(arguments.merge, arguments.out))
         return
+    if arguments.steps_only and not arguments.out:
+        raise SystemExit("--steps-only writes its rows only to --out, so that the results file keeps the others; "
+                         "then --merge course_lib/results/<gpu>.json OUT")
     require_gpu("the benchmarks")
     names = arguments.only.split(",") if arguments.only else NAMES
     unknown = sorted(set(names) - set(NAMES))
@@ -85,7 +91,8 @@ def main():
     print(f"copy bandwidth C = {copy_gbps:.0f} GB/s")
     rows = []
     for name in names:
-        module_rows = add_copy_ceilings(importlib.import_module(BY_NAME[name].benchmark).run(copy_gbps), copy_gbps)
+        module_rows = add_copy_ceilings(importlib.import_module(BY_NAME[name].benchmark).run(
+            copy_gbps, steps_only=arguments.steps_only), copy_gbps)
         print_rows(module_rows)
         rows += module_rows
     if arguments.out or not arguments.only:

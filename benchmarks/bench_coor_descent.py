@@ -34,9 +34,11 @@ def peak_extra_bytes(fn, s):
     return torch.cuda.max_memory_allocated() - before
 
 
-def run(copy_gbps, shapes=SHAPES):
+def run(copy_gbps, shapes=SHAPES, steps_only=False):
     rows = []
     for n_rows, n_cols in shapes:
+        if steps_only and (n_rows, n_cols) not in STEP_SHAPES:
+            continue
         s = torch.randn(n_rows, n_cols, device="cuda", requires_grad=True)
         settings = dict(k=n_cols / 8, **SETTINGS)
         compiled = fresh_compile(references.coor_descent)
@@ -46,7 +48,7 @@ def run(copy_gbps, shapes=SHAPES):
             "torch.compile": lambda t: compiled(t, **settings),
         }
         n_bytes = s.numel() * s.element_size()
-        for impl, fn in impls.items():
+        for impl, fn in () if steps_only else impls.items():
             fwd, bwd = forward_backward_ms(fn, s)
             peak = peak_extra_bytes(fn, s)
             for pass_, timings, moved in (("fwd", fwd, 2 * n_bytes), ("bwd", bwd, 3 * n_bytes)):

@@ -40,19 +40,21 @@ def _label(dtype, param_dtype):
     return name if param_dtype == dtype else f"{name} ({str(param_dtype).replace('torch.', '')} params)"
 
 
-def run(copy_gbps, shapes=SHAPES, dtypes=DTYPES, mixed=True):
+def run(copy_gbps, shapes=SHAPES, dtypes=DTYPES, mixed=True, steps_only=False):
     rows = []
     cases = [(dtype, dtype) for dtype in dtypes] + ([MIXED] if mixed else [])
     for dtype, param_dtype in cases:
         label = _label(dtype, param_dtype)
         for shape in shapes:
+            if steps_only and shape not in STEP_SHAPES:
+                continue
             x = torch.randn(shape, device="cuda", dtype=dtype, requires_grad=True)
             weight = torch.randn(shape[-1], device="cuda", dtype=param_dtype, requires_grad=True)
             bias = torch.randn(shape[-1], device="cuda", dtype=param_dtype, requires_grad=True)
             n_bytes = x.numel() * x.element_size()
             reference = torch_layernorm if param_dtype == dtype else torch_layernorm_autocast
             impls = {"course_lib": layernorm, "torch": reference, "torch.compile": fresh_compile(reference)}
-            for impl, fn in impls.items():
+            for impl, fn in () if steps_only else impls.items():
                 fwd, bwd = forward_backward_ms(fn, x, weight, bias)
                 rows.append(row("layernorm", "fwd", impl, label, shape, fwd, 2 * n_bytes, copy_gbps))
                 rows.append(row("layernorm", "bwd", impl, label, shape, bwd, 3 * n_bytes, copy_gbps))

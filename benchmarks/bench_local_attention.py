@@ -48,14 +48,14 @@ def make_projection(batch, heads, n, head_dim, dtype, device="cuda"):
     return torch.randn(batch, n, 3 * heads * head_dim, device=device, dtype=dtype, requires_grad=True)
 
 
-def run(copy_gbps, shapes=SHAPES, dtypes=DTYPES):
+def run(copy_gbps, shapes=SHAPES, dtypes=DTYPES, steps_only=False):
     rows = []
     for dtype in dtypes:
         for shape in shapes:
             projection = make_projection(*shape, dtype)
             tensor_bytes = projection.numel() * projection.element_size() // 3  # one of q, k, v
-            for impl, fn in {"course_lib": course, "torch": written_scores,
-                             "torch.compile": fresh_compile(written_scores)}.items():
+            impls = {"course_lib": course, "torch": written_scores, "torch.compile": fresh_compile(written_scores)}
+            for impl, fn in () if steps_only else impls.items():
                 fwd, bwd = forward_backward_ms(fn, projection)
                 rows.append(row("local_attention", "fwd", impl, dtype, shape, fwd, 4 * tensor_bytes, copy_gbps))
                 rows.append(row("local_attention", "bwd", impl, dtype, shape, bwd, 8 * tensor_bytes, copy_gbps))

@@ -64,7 +64,7 @@ def peak_step_bytes(step):
     return torch.cuda.max_memory_allocated() - before
 
 
-def run(copy_gbps, shapes=SHAPES):
+def run(copy_gbps, shapes=SHAPES, steps_only=False):  # its rows are all steps
     """Every implementation of a shape is built, compiled and run (its peak memory
     measured) before any is timed; then all are timed together, in alternating rounds
     (alternating_step_timings), as the kernels' step rows are."""

@@ -30,16 +30,19 @@ def plain_softmax(x):
     return x.softmax(-1)
 
 
-def run(copy_gbps, shapes=SHAPES, dtypes=DTYPES, wide_shape=WIDE_SHAPE):
+def run(copy_gbps, shapes=SHAPES, dtypes=DTYPES, wide_shape=WIDE_SHAPE, steps_only=False):
     rows = []
     for dtype in dtypes:
         for batch, n in shapes:
+            if steps_only and (batch, n) not in STEP_SHAPES:
+                continue
             x = torch.randn(batch, n, n, device="cuda", dtype=dtype, requires_grad=True)
             hidden = torch.ones(n, n, device="cuda", dtype=torch.bool).triu(diagonal=1)
             matrix_bytes = batch * n * n * x.element_size()
             compiled = fresh_compile(masked_softmax)
-            for impl, fn in {"course_lib": lambda t: causal_softmax(t), "torch": lambda t: masked_softmax(t, hidden),
-                             "torch.compile": lambda t: compiled(t, hidden)}.items():
+            impls = {"course_lib": lambda t: causal_softmax(t), "torch": lambda t: masked_softmax(t, hidden),
+                     "torch.compile": lambda t: compiled(t, hidden)}
+            for impl, fn in () if steps_only else impls.items():
                 fwd, bwd = forward_backward_ms(fn, x)
                 shape = (batch, n, n)
                 rows.append(row("causal_softmax", "fwd", impl, dtype, shape, fwd, 1.5 * matrix_bytes, copy_gbps))
@@ -50,8 +53,8 @@ def run(copy_gbps, shapes=SHAPES, dtypes=DTYPES, wide_shape=WIDE_SHAPE):
                                   copy_gbps)
         x = torch.randn(wide_shape, device="cuda", dtype=dtype, requires_grad=True)
         n_bytes = x.numel() * x.element_size()
-        for impl, fn in {"course_lib": softmax, "torch": plain_softmax,
-                         "torch.compile": fresh_compile(plain_softmax)}.items():
+        impls = {"course_lib": softmax, "torch": plain_softmax, "torch.compile": fresh_compile(plain_softmax)}
+        for impl, fn in () if steps_only else impls.items():
             fwd, bwd = forward_backward_ms(fn, x)
             rows.append(row("softmax", "fwd", impl, dtype, wide_shape, fwd, 2 * n_bytes, copy_gbps))
             rows.append(row("softmax", "bwd", impl, dtype, wide_shape, bwd, 3 * n_bytes, copy_gbps))

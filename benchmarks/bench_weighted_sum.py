@@ -21,14 +21,17 @@ def matvec(x, w):
     return x @ w
 
 
-def run(copy_gbps, shapes=SHAPES, dtypes=DTYPES):
+def run(copy_gbps, shapes=SHAPES, dtypes=DTYPES, steps_only=False):
     rows = []
     for dtype in dtypes:
         for shape in shapes:
+            if steps_only and shape not in STEP_SHAPES:
+                continue
             x = torch.randn(shape, device="cuda", dtype=dtype, requires_grad=True)
             w = torch.randn(shape[-1], device="cuda", dtype=dtype, requires_grad=True)
             n_bytes = x.numel() * x.element_size()
-            for impl, fn in {"course_lib": weighted_sum, "torch": matvec, "torch.compile": fresh_compile(matvec)}.items():
+            impls = {"course_lib": weighted_sum, "torch": matvec, "torch.compile": fresh_compile(matvec)}
+            for impl, fn in () if steps_only else impls.items():
                 fwd, bwd = forward_backward_ms(fn, x, w)
                 rows.append(row("weighted_sum", "fwd", impl, dtype, shape, fwd, n_bytes, copy_gbps))
                 rows.append(row("weighted_sum", "bwd", impl, dtype, shape, bwd, 2 * n_bytes, copy_gbps))

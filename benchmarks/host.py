@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 
 from benchmarks.__main__ import merge
-from benchmarks.profile_step import KERNELS, ROUNDS, host_us, profile
+from benchmarks.profile_step import ROUNDS, host_us, kernel_steps, profile
 from course_lib.core.benchmarking import (RESULTS_DIR, copy_bandwidth_gbps, gpu_slug, measured_on, require_gpu,
-                                          training_step, write_document)
+                                          write_document)
 
 # Each kernel at the shape of profile_step (GPU-bound on an H100) and at a small one, where
 # both libraries are host-bound and the host is all there is.
@@ -37,9 +37,7 @@ SHAPES = {
 
 def host_rows(kernel, shape, dtype):
     """The course_lib and torch "host" rows of one kernel at one shape."""
-    ours, theirs, input_shapes = KERNELS[kernel]
-    inputs = [torch.randn(s, device="cuda", dtype=dtype, requires_grad=True) for s in input_shapes(shape)]
-    steps = {"course_lib": training_step(ours, *inputs), "torch": training_step(theirs, *inputs)}
+    steps = kernel_steps(kernel, shape, dtype)
     times = {impl: [] for impl in steps}
     for round_ in range(ROUNDS):
         for impl in list(steps)[round_ % 2:] + list(steps)[:round_ % 2]:  # a new first each round

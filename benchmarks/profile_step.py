@@ -3,18 +3,23 @@
     python -m benchmarks.profile_step                      # LayerNorm bfloat16 16384 x 1024
     python -m benchmarks.profile_step --kernel softmax --shape 64,1024,1024 --trace step.json
     python -m benchmarks.profile_step --kernel weighted_sum --python 25   # the step's Python, by function
+    python -m benchmarks.profile_step --kernel routed_block --shape 8,2048,512  # chapter 6's block, eager
 
 For course_lib (and for course_lib again with every launch through kernel[grid], which
 shows what ``runtime.launch`` saves) and for torch eager, one step as a user's loop runs it (gradients set to
 None, forward, backward): the host's time for the step while the GPU is kept busy (so
 the host never waits for it), the GPU's time for the step's kernels, how many kernels
 it launches, and the step's host operations in the order they ran, on each thread
-(autograd runs the backward on a thread of its own), with their host time. A step whose
+(autograd runs the backward on a thread of its own), with their host time. For the routed
+block (``--kernel routed_block``, batch,seq,dim), torch is the same block on the PyTorch
+references (benchmarks.bench_routed_block's "torch"), and every operation of the timeline
+is counted by name. A step whose
 host time exceeds its GPU time is host-bound: there, fewer launches and less Python
 speed it up, and faster kernels do not.
 """
 
 import argparse
+import collections
 import contextlib
 import cProfile
 import functools
@@ -26,6 +31,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from benchmarks.bench_routed_block import make_block
 from benchmarks.bench_softmax import masked_softmax
 from course_lib import causal_softmax, coor_descent, layernorm, softmax, weighted_sum
 from course_lib.core import references, runtime
@@ -54,7 +60,25 @@ KERNELS = {
                      lambda shape: [shape]),
 }
 DEFAULT_SHAPES = {"weighted_sum": (65536, 1024), "softmax": (512, 4096), "causal_softmax": (64, 1024, 1024),
-                  "layernorm": (16384, 1024), "coor_descent": (1024, 4096)}
+                  "layernorm": (16384, 1024), "coor_descent": (1024, 4096), "routed_block": (8, 2048, 512)}
+
+
+def kernel_steps(kernel, shape, dtype):
+    """{"course_lib": step, "torch": step} of one kernel's training step (training_step)."""
+    ours, theirs, input_shapes = KERNELS[kernel]
+    inputs = [torch.randn(s, device="cuda", dtype=dtype, requires_grad=True) for s in input_shapes(shape)]
+    return {"course_lib": training_step(ours, *inputs), "torch": training_step(theirs, *inputs)}
+
+
+def routed_block_steps(shape, dtype):
+    """The same, for chapter 6's block: its weights' gradients are set to None too."""
+    _, seq_len, dim = shape
+    x = torch.randn(shape, device="cuda", dtype=dtype, requires_grad=True)
+    steps = {}
+    for impl in ("course_lib", "torch"):
+        block, _ = make_block(impl, dim, seq_len, dtype=dtype)
+        steps[impl] = training_step(block, x, parameters=block.parameters())
+    return steps
 
 
 ROUNDS = 5
@@ -122,7 +146,7 @@ def timeline(host_events):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kernel", default="layernorm", choices=list(KERNELS))
+    parser.add_argument("--kernel", default="layernorm", choices=[*KERNELS, "routed_block"])
     parser.add_argument("--shape", help="comma-separated, default per kernel")
     parser.add_argument("--dtype", default="bfloat16", choices=["float32", "float16", "bfloat16"])
     parser.add_argument("--trace", help="write the course_lib step's Chrome trace here")
@@ -130,17 +154,17 @@ def main():
                         "course_lib's step by their own time (cProfile)")
     arguments = parser.parse_args()
     require_gpu("profiling")
-    ours, theirs, input_shapes = KERNELS[arguments.kernel]
     shape = tuple(int(n) for n in arguments.shape.split(",")) if arguments.shape else DEFAULT_SHAPES[arguments.kernel]
     dtype = torch.float32 if arguments.kernel == "coor_descent" else getattr(torch, arguments.dtype)
-    inputs = [torch.randn(s, device="cuda", dtype=dtype, requires_grad=True) for s in input_shapes(shape)]
     print(f"{arguments.kernel} {str(dtype).replace('torch.', '')} {list(shape)}: one training step")
-    impls = {  # name -> (function, the context it runs in)
-        "course_lib": (ours, contextlib.nullcontext),
-        "course_lib, launched through kernel[grid]": (ours, runtime.kernel_grid_launches),
-        "torch": (theirs, contextlib.nullcontext),
+    steps = (routed_block_steps(shape, dtype) if arguments.kernel == "routed_block"
+             else kernel_steps(arguments.kernel, shape, dtype))
+    impls = {  # name -> (step, the context it runs in)
+        "course_lib": (steps["course_lib"], contextlib.nullcontext),
+        "course_lib, launched through kernel[grid]": (steps["course_lib"], runtime.kernel_grid_launches),
+        "torch": (steps["torch"], contextlib.nullcontext),
     }
-    steps = {impl: training_step(fn, *inputs) for impl, (fn, _) in impls.items()}
+    steps = {impl: step for impl, (step, _) in impls.items()}
     # The host's speed drifts over seconds: rounds that take each in turn compare them fairly.
     host_times = {impl: [] for impl in impls}
     for _ in range(ROUNDS):
@@ -153,8 +177,13 @@ def main():
         print(f"\n{impl}: host {statistics.median(host_times[impl]):.1f} us a step (median of {ROUNDS} rounds, "
               f"from {min(host_times[impl]):.1f} to {max(host_times[impl]):.1f}), GPU {gpu_us:.1f} us "
               f"in {kernels:.0f} kernels")
-        print("  host timeline of one step (thread, start us, duration us, operation; top-level operations):")
-        print("\n".join(timeline(host_events)))
+        if arguments.kernel == "routed_block":
+            counts = collections.Counter(name for _, name, _, _ in host_events)
+            print(f"  {len(host_events)} top-level host operations a step, by name:")
+            print("\n".join(f"  {count:5d}  {name}" for name, count in counts.most_common()))
+        else:
+            print("  host timeline of one step (thread, start us, duration us, operation; top-level operations):")
+            print("\n".join(timeline(host_events)))
         if impl == "course_lib" and arguments.trace:
             prof.export_chrome_trace(arguments.trace)
     if arguments.python:

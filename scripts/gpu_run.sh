@@ -2,9 +2,12 @@
 # On a GPU host, without network: the unit tests, the benchmarks, the notebooks
 # re-executed in place (their stored outputs then come from this GPU), then nbval on them.
 #   bash scripts/gpu_run.sh [WHEELS] [STEP...]   (WHEELS default .whl, made by scripts/gpu_wheels.sh)
-# STEPs, in this order by default: unit benchmarks training profile execute nbval. A host
-# that limits the minutes of one command runs them a few at a time; "benchmarks" writes one
-# results file per kernel under the logs folder and merges them into course_lib/results/,
+# STEPs, in this order by default: unit benchmarks host training profile execute nbval. A
+# host that limits the minutes of one command runs them a few at a time; "benchmarks" writes
+# one results file per kernel under the logs folder and merges them into course_lib/results/
+# (this GPU's file, whose other rows it keeps; $KERNELS narrows it to some kernels,
+# $BENCH_ARGS passes arguments on, --steps-only for the training steps alone), "host" the
+# host rows (benchmarks/host.py),
 # "training" one file per part of chapter 6's runs, merged into course_lib/results/training/.
 # Logs go to $GPU_RUN_LOGS (default gpu-run-logs/). $UNIT_TESTS narrows the unit step to
 # some test paths (default: tests). "execute" runs each notebook on its own, so that one that
@@ -14,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 wheels=${1:-.whl}
 shift || true
-steps=${*:-unit benchmarks training profile execute nbval}
+steps=${*:-unit benchmarks host training profile execute nbval}
 logs=${GPU_RUN_LOGS:-gpu-run-logs}
 mkdir -p "$logs"
 site=$(mktemp -d)
@@ -29,10 +32,13 @@ run_step() {
     unit) python3 -m pytest ${UNIT_TESTS:-tests} -q -p no:cacheprovider -m "not notebook_exec" -n 4 --dist loadfile 2>&1 |
             tee "$logs/unit.log" ;;
     benchmarks)
-      for kernel in $(python3 -m course_lib.registry); do  # every kernel course_lib.registry lists
-        python3 -m benchmarks --only "$kernel" --out "$logs/bench_$kernel.json" 2>&1 | tee "$logs/bench_$kernel.log"
+      results=$(python3 -c "from course_lib.core.benchmarking import RESULTS_DIR, gpu_slug; print(RESULTS_DIR / f'{gpu_slug()}.json')")
+      for kernel in ${KERNELS:-$(python3 -m course_lib.registry)}; do  # default: every kernel course_lib.registry lists
+        python3 -m benchmarks --only "$kernel" ${BENCH_ARGS:-} --out "$logs/bench_$kernel.json" 2>&1 |
+          tee "$logs/bench_$kernel.log"
       done
-      python3 -m benchmarks --merge "$logs"/bench_*.json ;;
+      python3 -m benchmarks --merge $([ -f "$results" ] && echo "$results") "$logs"/bench_*.json ;;
+    host) python3 -m benchmarks.host 2>&1 | tee "$logs/host.log" ;;
     training)  # the models are small: one process a seed shares the GPU, four times faster than in turn
       for seed in $(python3 -c "from course_lib.models.recall_task import CHAPTER_SEEDS; print(*CHAPTER_SEEDS)"); do
         python3 -m benchmarks.train_recall --seed "$seed" --out "$logs/training_seed$seed.json" \
@@ -50,7 +56,7 @@ run_step() {
       return $failed ;;
     nbval) python3 -m pytest ${NOTEBOOKS:-notebooks/*.ipynb} -q -p no:cacheprovider --nbval --nbval-current-env \
              --nbval-sanitize-with nbval_sanitize.cfg 2>&1 | tee "$logs/nbval.log" ;;
-    *) echo "unknown step $1: expected unit, benchmarks, training, profile, execute or nbval" >&2; exit 2 ;;
+    *) echo "unknown step $1: expected unit, benchmarks, host, training, profile, execute or nbval" >&2; exit 2 ;;
   esac
 }
 status=0

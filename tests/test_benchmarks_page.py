@@ -147,6 +147,20 @@ def test_routed_block_is_checked_against_colt5_and_the_compiled_reference():
     assert without_peer[targets.PEER].value is None and not without_peer[targets.PEER].met
 
 
+@pytest.mark.parametrize("shape, bound", [((8, 4096, 1024), 1.5), ((8, 2048, 512), 2.5)])
+@pytest.mark.parametrize("over", [0.9, 1.1], ids=["within", "beyond"])
+def test_routed_block_eager_step_is_checked_against_its_own_gpu_time(shape, bound, over):
+    """The eager block's step at most 1.5x (4096 tokens) or 2.5x (2048) its GPU time: a
+    miss there is the host's, so it is met on the GPU's own time."""
+    gpu_ms = 3.0
+    ours = result("routed_block", "step", "course_lib", shape, ms=gpu_ms * bound * over, gpu_ms=gpu_ms,
+                  dtype="bfloat16")
+    (check,) = [c for c in targets.check(ours) if c.target.measure == targets.OWN_GPU]
+    assert check.target.bound == bound
+    assert check.value == pytest.approx(bound * over) and check.met is (over < 1)
+    assert check.gpu_value == pytest.approx(1.0) and check.met_on_gpu
+
+
 def test_merge_keeps_each_runs_copy_bandwidth(tmp_path):
     from benchmarks.__main__ import merge
 

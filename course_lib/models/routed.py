@@ -121,10 +121,6 @@ def check_num_tokens(op, name, num_tokens, seq_len):
                          f"route at most {seq_len}")
 
 
-def _module_dtype(module):
-    return next(module.parameters()).dtype
-
-
 # ----------------------------------------------------------------------- gather, scatter
 
 
@@ -133,15 +129,15 @@ def gather_tokens(x, indices):
     return x.gather(1, indices[..., None].expand(-1, -1, x.shape[-1]))
 
 
-def scatter_tokens(routed, indices, seq_len):
-    """routed (b, k, d) back to their positions in a (b, seq_len, d) of zeros.
+def add_tokens(out, routed, indices):
+    """out (b, n, d) with routed (b, k, d) added at the positions indices (b, k): the heavy
+    branch's rows added back into the light branch's output.
 
-    Out of place (``scatter``, not an indexed assignment), so autograd and torch.compile
-    see one ordinary operation. The indices of a row are distinct (a top-k's), so no
-    position receives two tokens.
+    Out of place (``scatter_add``, not an indexed ``+=``), so autograd and torch.compile
+    see one ordinary operation: a copy of ``out`` with k rows changed. The indices of a row
+    are distinct (a top-k's), so no position receives two tokens.
     """
-    out = routed.new_zeros(routed.shape[0], seq_len, routed.shape[-1])
-    return out.scatter(1, indices[..., None].expand(-1, -1, routed.shape[-1]), routed)
+    return out.scatter_add(1, indices[..., None].expand(-1, -1, routed.shape[-1]), routed)
 
 
 # ---------------------------------------------------------------------------- router
@@ -159,9 +155,9 @@ class Routed(NamedTuple):
 
 
 def top_k_routing(s, num_tokens, mask=None, *, n_iters=20, fetch_k_ratio=9 / 8, eps=0.03, eps_init=4.0,
-                  eps_decay=0.7, straight_through=True, ops=COURSE_OPS):
+                  eps_decay=0.7, straight_through=True, sequence_order=False, ops=COURSE_OPS):
     """Router scores s (b, n) -> (indices, weights, routed_mask) of the num_tokens routed
-    tokens of each row, in score order.
+    tokens of each row, in score order (best first) or, with ``sequence_order``, by position.
 
     Coordinate descent makes the smooth top-k (asked for a few more than num_tokens, so
     that the last routed token's weight is still far from 0 and learns); padding (mask
@@ -179,6 +175,8 @@ def top_k_routing(s, num_tokens, mask=None, *, n_iters=20, fetch_k_ratio=9 / 8, 
     # and route differently in float32 and float64. Padding scores -inf: it comes last.
     by_score = s.float() if mask is None else s.float().masked_fill(~mask, float("-inf"))
     indices = by_score.topk(num_tokens, dim=-1).indices
+    if sequence_order:  # sorted before anything is gathered at them: one gather each, not two
+        indices = indices.sort(dim=-1).values
     weights = weights.gather(1, indices)
     routed_mask = None if mask is None else mask.gather(1, indices)
     if straight_through:
@@ -221,14 +219,15 @@ class CoordinateDescentRouter(nn.Module):
         self.ops = ops
         self.routing_token = nn.Parameter(torch.randn(dim))
 
-    def forward(self, x, *, num_tokens, mask=None):
+    def forward(self, x, *, num_tokens, mask=None, sequence_order=False):
         """Route ``num_tokens`` tokens of each sequence.
 
         x: (batch, n, dim) in the router's dtype; mask: (batch, n) bool, True for real tokens,
         or None. Returns ``Routed(indices, scores, tokens, mask)``: indices (batch, num_tokens)
-        int64 (the chosen positions, best first; padding never while a real token is left),
-        scores (batch, num_tokens) their weights, tokens (batch, num_tokens, dim) gathered, and
-        the mask of the routed tokens (None without a mask).
+        int64 (the chosen positions, best first, or by position with ``sequence_order``:
+        a causal mask over the routed tokens needs row i to be the i-th earliest; padding
+        never while a real token is left), scores (batch, num_tokens) their weights, tokens
+        (batch, num_tokens, dim) gathered, and the mask of the routed tokens (None without a mask).
         """
         op = "CoordinateDescentRouter"
         check_tokens(op, x, self.routing_token.shape[0], self.routing_token.dtype)
@@ -237,19 +236,9 @@ class CoordinateDescentRouter(nn.Module):
         indices, scores, routed_mask = top_k_routing(
             self.ops.weighted_sum(x, self.routing_token), num_tokens, mask, n_iters=self.n_iters,
             fetch_k_ratio=self.fetch_k_ratio, eps=self.eps, eps_init=self.eps_init, eps_decay=self.eps_decay,
-            straight_through=self.straight_through, ops=self.ops,
+            straight_through=self.straight_through, sequence_order=sequence_order, ops=self.ops,
         )
         return Routed(indices, scores, gather_tokens(x, indices), routed_mask)
-
-
-def in_sequence_order(routed):
-    """The same routed tokens sorted by position: a top-k lists them by score, but a
-    causal mask over them needs position order (row i of the k tokens is the i-th
-    earliest)."""
-    indices, order = routed.indices.sort(dim=-1)
-    def reorder(t):
-        return None if t is None else t.gather(1, order)
-    return Routed(indices, reorder(routed.scores), gather_tokens(routed.tokens, order), reorder(routed.mask))
 
 
 # ------------------------------------------------------------------------ feed-forward
@@ -293,7 +282,7 @@ class RoutedFeedForward(nn.Module):
     def forward(self, x, mask=None):
         routed = self.router(x, num_tokens=self.num_heavy_tokens, mask=mask)
         heavy = self.heavy_ff(routed.tokens) * routed.scores[..., None]
-        return self.light_ff(x) + scatter_tokens(heavy, routed.indices, x.shape[1])
+        return add_tokens(self.light_ff(x), heavy, routed.indices)
 
 
 # --------------------------------------------------------------------------- attention
@@ -378,7 +367,7 @@ class LocalCausalAttention(nn.Module):
 
     def forward(self, x, mask=None):
         op = "LocalCausalAttention"
-        check_tokens(op, x, self.norm.weight.shape[0], _module_dtype(self))
+        check_tokens(op, x, self.norm.weight.shape[0], self.norm.weight.dtype)
         check_mask(op, mask, x)
         n = x.shape[1]
         q, k, v = (split_heads(t, self.heads) for t in self.to_qkv(self.norm(x)).chunk(3, dim=-1))
@@ -427,9 +416,8 @@ class RoutedAttention(nn.Module):
         return self.to_out(merge_heads(out)) * routed.scores[..., None]
 
     def forward(self, x, mask=None):
-        routed = in_sequence_order(self.router(x, num_tokens=self.num_heavy_tokens, mask=mask))
-        heavy = scatter_tokens(self.heavy_attention(routed), routed.indices, x.shape[1])
-        return self.light_attn(x, mask) + heavy
+        routed = self.router(x, num_tokens=self.num_heavy_tokens, mask=mask, sequence_order=True)
+        return add_tokens(self.light_attn(x, mask), self.heavy_attention(routed), routed.indices)
 
 
 class RoutedBlock(nn.Module):
@@ -462,7 +450,7 @@ class RoutedBlock(nn.Module):
         mask: (batch, n) bool, True for real tokens, or None. Returns (batch, n, dim) in x's dtype.
         Bad input raises naming the argument."""
         op = "RoutedBlock"
-        check_tokens(op, x, self.dim, _module_dtype(self))
+        check_tokens(op, x, self.dim, self.attn.norm.weight.dtype)
         check_mask(op, mask, x)
         check_num_tokens(op, "num_heavy_tokens", self.attn.num_heavy_tokens, x.shape[1])
         x = x + self.attn(x, mask)

@@ -49,10 +49,9 @@ def test_router_picks_what_colt5_picks(batch, seq_len, dim, k, n_padded):
     theirs.load_state_dict(colt5_state_dict(ours.state_dict()))
     x = torch.randn(batch, seq_len, dim, device=DEVICE, requires_grad=True)
     mask = padding_mask(batch, seq_len, n_padded)
-    got, expected = ours(x, num_tokens=k, mask=mask), theirs(x, num_tokens=k, mask=mask)
+    got, expected = ours(x, num_tokens=k, mask=mask, sequence_order=True), theirs(x, num_tokens=k, mask=mask)
     # The same tokens. Ours come in score order and the package's in weight order, which
     # ties where weights reach 1 (or underflow to 0): compare them in sequence order.
-    got = routed.in_sequence_order(got)
     order = expected.indices.argsort(dim=-1)
     expected = type(expected)(*(t if t is None else t.gather(1, order) if t.dim() == 2 else
                                 t.gather(1, order[..., None].expand(-1, -1, t.shape[-1])) for t in expected))
@@ -149,7 +148,8 @@ def test_routed_attention_is_dense_attention_among_routed_tokens(n_padded):
         return t.gather(2, order.values[:, None, :, None].expand(-1, heads, -1, dim_head))
     out = routed.causal_attention(*(gather(t).float() for t in (q, key, v)),
                                   key_mask=real.gather(1, order.values))
-    got = torch.stack([routed.scatter_tokens(out[:, h], order.values, seq_len) for h in range(heads)], dim=1)
+    zeros = out.new_zeros(batch, seq_len, dim_head)
+    got = torch.stack([routed.add_tokens(zeros, out[:, h], order.values) for h in range(heads)], dim=1)
     torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-5)
 
 
@@ -192,13 +192,39 @@ def test_block_matches_its_float64_reference(dtype):
                                    msg=lambda m, name=name: f"gradient of {name}: {m}")
 
 
+@pytest.mark.parametrize("n_padded", [0, 5])
+def test_sequence_order_routes_the_same_tokens_by_position(n_padded):
+    """sequence_order=True: the tokens, weights and mask of score order, sorted by position."""
+    router = routed.CoordinateDescentRouter(8).to(DEVICE)
+    x = torch.randn(2, 19, 8, device=DEVICE, requires_grad=True)
+    mask = padding_mask(2, 19, n_padded)
+    best_first = router(x, num_tokens=7, mask=mask)
+    by_position = router(x, num_tokens=7, mask=mask, sequence_order=True)
+    order = best_first.indices.argsort(dim=-1)
+    assert torch.equal(by_position.indices, best_first.indices.gather(1, order))
+    assert torch.all(by_position.indices[:, 1:] > by_position.indices[:, :-1])
+    torch.testing.assert_close(by_position.scores, best_first.scores.gather(1, order), rtol=0, atol=0)
+    torch.testing.assert_close(by_position.tokens, routed.gather_tokens(best_first.tokens, order), rtol=0, atol=0)
+    assert torch.equal(by_position.mask, best_first.mask.gather(1, order))
+
+
+def test_add_tokens_adds_the_routed_rows_and_keeps_the_others():
+    torch.manual_seed(0)
+    out, heavy = torch.randn(2, 9, 4, device=DEVICE), torch.randn(2, 3, 4, device=DEVICE)
+    indices = torch.tensor([[7, 0, 3], [1, 8, 2]], device=DEVICE)
+    expected = out.clone()
+    for b in range(2):
+        expected[b].index_add_(0, indices[b], heavy[b])
+    torch.testing.assert_close(routed.add_tokens(out, heavy, indices), expected, rtol=0, atol=0)
+
+
 def test_routed_query_never_sees_a_later_token():
     """Causality under routing: with the routing fixed, changing the tokens after
     position t leaves the outputs up to t unchanged."""
     ours, _ = make_blocks(torch.float32)
     attn = ours.attn
     x = torch.randn(1, 20, 16, device=DEVICE)
-    picked = routed.in_sequence_order(attn.router(x, num_tokens=6))
+    picked = attn.router(x, num_tokens=6, sequence_order=True)
     later = x.clone()
     cut = int(picked.indices[0, 3])  # a routed position with routed tokens on both sides
     later[:, cut + 1:] = torch.randn_like(later[:, cut + 1:])
@@ -387,7 +413,7 @@ def test_the_heavy_attention_is_causal_among_the_routed_tokens(t):
                                        heavy_heads=2, heavy_dim_head=8).to(DEVICE)
     x = torch.randn(2, 30, 16, device=DEVICE)
     with torch.no_grad():
-        picked = routed.in_sequence_order(attention.router(x, num_tokens=12))
+        picked = attention.router(x, num_tokens=12, sequence_order=True)
         changed = picked._replace(tokens=perturbed_after(picked.tokens, t))
         before, after = attention.heavy_attention(picked), attention.heavy_attention(changed)
     torch.testing.assert_close(after[:, :t + 1], before[:, :t + 1], rtol=1e-6, atol=1e-6)
