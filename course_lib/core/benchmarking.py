@@ -56,6 +56,9 @@ def gpu_only_ms(fn, runs=50):
     launches) takes longer than its kernels leaves the GPU waiting, and that wait is
     timed too. Here the GPU sleeps before every call, three times as long as the call
     takes on the host, so all of the call is queued before its first kernel starts.
+    A run counts only if it was: the GPU still asleep when the host had queued the
+    whole call. The host's speed drifts, and a run where the GPU woke first would time
+    the host's wait again; the sleep then doubles and the run is taken again.
     The difference from median_ms is what the host costs.
     """
     cache = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
@@ -67,16 +70,23 @@ def gpu_only_ms(fn, runs=50):
     torch.cuda.synchronize()
     sleep_cycles = int(max(1.0, 3 * host_ms) * _sleep_cycles_per_ms())
     times = []
-    for _ in range(runs):
+    for _ in range(4 * runs):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda._sleep(sleep_cycles)
         cache.zero_()
         start.record()
         fn()
+        queued_in_time = not start.query()  # the GPU had not reached the call's first kernel yet
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+        if queued_in_time:
+            times.append(start.elapsed_time(end))
+            if len(times) == runs:
+                return statistics.median(times)
+        else:
+            sleep_cycles *= 2
+    raise RuntimeError(f"gpu_only_ms: in {4 * runs} runs only {len(times)} had the call queued before the GPU "
+                       f"reached it: the host's time for one call varies too much to time the GPU alone")
 
 
 def fresh_compile(fn, mode=None):

@@ -125,6 +125,21 @@ def test_gpu_only_time_leaves_out_the_host():
 
 
 @gpu_only
+def test_gpu_only_time_holds_when_the_host_slows_down_after_the_first_call():
+    """The sleep is sized from one call's host time; calls that then take the host ten
+    times as long must not leave the GPU waiting inside the timed span."""
+    x = torch.ones(2**20, device="cuda")
+    calls = []
+
+    def slowing_down():
+        calls.append(None)
+        time.sleep(0.0005 if len(calls) <= 2 else 0.005)  # the first two calls size the sleep
+        return x * 2
+
+    assert benchmarking.gpu_only_ms(slowing_down, runs=10) < 0.5
+
+
+@gpu_only
 def test_a_small_copy_reaches_less_of_c_than_a_large_one():
     """add_copy_ceilings: a copy moving 1 MiB spends most of its time starting and
     draining; one moving 1 GiB comes close to C, which is measured the same way."""
