@@ -2,6 +2,7 @@
 that read it instead of listing kernels themselves."""
 
 import importlib
+import inspect
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,8 @@ def test_each_entry_names_files_that_exist(kernel):
     assert (ROOT / kernel.test).is_file(), kernel.test
     benchmark = importlib.import_module(kernel.benchmark)
     assert callable(benchmark.run), f"{kernel.benchmark} has no run(copy_gbps)"
+    # python -m benchmarks --steps-only passes it to every benchmark
+    assert "steps_only" in inspect.signature(benchmark.run).parameters, f"{kernel.benchmark}.run takes no steps_only"
 
 
 def test_every_kernel_module_is_registered():
