@@ -121,7 +121,8 @@ def _cases(rows):
 def _checks(impls):
     ours = impls.get("course_lib")
     others = ("torch", "torch.compile", "course_lib.cudagraphs", "torch.compile.cudagraphs")
-    return check(ours, *(impls.get(name) for name in others), peer=impls.get("colt5_attention")) if ours else []
+    return check(ours, *(impls.get(name) for name in others), peer=impls.get("colt5_attention"),
+                 ours_compiled=impls.get("course_lib.compile")) if ours else []
 
 
 def step_table(rows):
