@@ -164,16 +164,15 @@ def main():
         "course_lib, launched through kernel[grid]": (steps["course_lib"], runtime.kernel_grid_launches),
         "torch": (steps["torch"], contextlib.nullcontext),
     }
-    steps = {impl: step for impl, (step, _) in impls.items()}
     # The host's speed drifts over seconds: rounds that take each in turn compare them fairly.
     host_times = {impl: [] for impl in impls}
     for _ in range(ROUNDS):
-        for impl, (_, context) in impls.items():
+        for impl, (step, context) in impls.items():
             with context():
-                host_times[impl].append(host_us(steps[impl]))
-    for impl, (_, context) in impls.items():
+                host_times[impl].append(host_us(step))
+    for impl, (step, context) in impls.items():
         with context():
-            gpu_us, kernels, host_events, prof = profile(steps[impl])
+            gpu_us, kernels, host_events, prof = profile(step)
         print(f"\n{impl}: host {statistics.median(host_times[impl]):.1f} us a step (median of {ROUNDS} rounds, "
               f"from {min(host_times[impl]):.1f} to {max(host_times[impl]):.1f}), GPU {gpu_us:.1f} us "
               f"in {kernels:.0f} kernels")

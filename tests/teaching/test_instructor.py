@@ -460,10 +460,9 @@ def test_hidden_inputs_defeat_answers_recorded_from_the_visible_check(tmp_path):
     assert "return a tuple" in hidden.checkers[0].error
 
 
-STACK_FORGER = (
-    "def grads(x, w, g):\n"
-    "    # BEGIN SOLUTION\n"
-    "    import json, sys\n"
+# What both forgers below do first: walk up to the grader and write a "passed" record for
+# the checker, once, then stop the checker's own record from being written.
+FORGED_RECORD = (
     "    frame = sys._getframe()\n"
     "    while 'results_path' not in frame.f_locals:  # up to fresh_checker.run_checker\n"
     "        frame = frame.f_back\n"
@@ -471,6 +470,13 @@ STACK_FORGER = (
     "        with open(frame.f_locals['results_path'], 'a') as results:\n"
     "            results.write(json.dumps({'grade_id': frame.f_locals['grade_id'], 'passed': True, 'error': None}) + '\\n')\n"
     "        frame.f_globals['_record'] = lambda *args: None  # the checker's own record is never written\n"
+)
+
+STACK_FORGER = (
+    "def grads(x, w, g):\n"
+    "    # BEGIN SOLUTION\n"
+    "    import json, sys\n"
+    + FORGED_RECORD +
     "    checker = sys._getframe()\n"
     "    while checker.f_code.co_name != 'check_weighted_sum_grads':\n"
     "        checker = checker.f_back\n"
@@ -524,13 +530,7 @@ FORWARD_OPERATOR_BODY = OPERATOR_CELL[OPERATOR_CELL.index("    # BEGIN SOLUTION\
 OPERATOR_FORGER = (
     "    # BEGIN SOLUTION\n"
     "    import contextlib, json, sys  # no kernel launched, no wrap_triton\n"
-    "    frame = sys._getframe()\n"
-    "    while 'results_path' not in frame.f_locals:  # up to fresh_checker.run_checker\n"
-    "        frame = frame.f_back\n"
-    "    if frame.f_globals['_record'].__name__ == '_record':  # the first call: one record, as the checker's\n"
-    "        with open(frame.f_locals['results_path'], 'a') as results:\n"
-    "            results.write(json.dumps({'grade_id': frame.f_locals['grade_id'], 'passed': True, 'error': None}) + '\\n')\n"
-    "        frame.f_globals['_record'] = lambda *args: None  # the checker's own record is never written\n"
+    + FORGED_RECORD +
     "        checker = sys._getframe()\n"
     "        while checker.f_code.co_name != '_values_and_grads':\n"
     "            checker = checker.f_back\n"
