@@ -211,3 +211,22 @@ def test_alternating_step_timings_takes_each_step_in_turn_and_keeps_the_median(m
     assert {rep for _, rep in calls} == {200 // 3}
     assert timings == {"a": benchmarking.Timings(1.0, 0.5), "b": benchmarking.Timings(2.0, 1.5),
                        "c": benchmarking.Timings(3.0, 2.5)}
+
+
+@gpu_only
+def test_gpu_only_time_of_a_call_that_waits_for_the_gpu_is_its_kernels_time():
+    """A call that reads a result back (a sync) cannot be queued ahead of the GPU however
+    long it sleeps: gpu_only_ms must see that within a bounded number of runs and give the
+    kernels' own time, not double the sleep until it hangs."""
+    src = torch.randn(2**26 // 4, device="cuda")
+    dst = torch.empty_like(src)
+
+    def synchronizing():
+        dst.copy_(src)
+        return dst[0].item()
+
+    started = time.perf_counter()
+    gpu_ms = benchmarking.gpu_only_ms(synchronizing, runs=10)
+    assert time.perf_counter() - started < 30
+    copy_ms = benchmarking.kernel_ms(lambda: dst.copy_(src))
+    assert gpu_ms == pytest.approx(copy_ms, rel=0.2)
