@@ -520,15 +520,18 @@ def _logk_args(logk):
     return None, float(logk), False
 
 
-def coor_descent_forward(s2d, mask2d, logk, schedule, plan=None):
-    """Launch the forward; return y (rows, n) in s's dtype, a (rows, n_iters) float64
-    with a[:, t] = a_{t+1}, and the row maxima (rows,) float32.
+def coor_descent_forward(s2d, mask2d, logk, schedule, plan=None, shape=None):
+    """Launch the forward; return y in s's dtype, a (rows, n_iters) float64 with
+    a[:, t] = a_{t+1}, and the row maxima (rows,) float32.
 
     ``logk`` is a float or a float32 tensor (rows,); ``mask2d`` a uint8 view or None.
+    y has ``shape`` (s's, of which s2d is the rows), by default (rows, n): allocated so,
+    not a view of its rows, so that a caller may change it in place.
     """
     n_rows, n_cols = s2d.shape
     n_iters = schedule.n_iters
-    y = torch.empty((n_rows, n_cols), device=s2d.device, dtype=s2d.dtype)
+    y = torch.empty(shape or (n_rows, n_cols), device=s2d.device, dtype=s2d.dtype)
+    y_rows = y.view(n_rows, n_cols)
     a = torch.empty((n_rows, n_iters), device=s2d.device, dtype=torch.float64)
     row_max = torch.empty(n_rows, device=s2d.device, dtype=torch.float32)
     if n_rows == 0:
@@ -551,9 +554,9 @@ def coor_descent_forward(s2d, mask2d, logk, schedule, plan=None):
 
     def launch_steps(row_programs, first_step, last_step, cooperative=False):
         launch(coor_descent_forward_kernel, (row_programs, plan.tiles),
-            s2d, mask2d, logk_tensor, schedule.eps, a, row_max, y, slots,
+            s2d, mask2d, logk_tensor, schedule.eps, a, row_max, y_rows, slots,
             n_rows, n_cols, n_iters, logk_value, first_step, last_step,
-            *s2d.stride(), *mask_strides, y.stride(0),
+            *s2d.stride(), *mask_strides, y_rows.stride(0),
             HAS_MASK=mask2d is not None, LOGK_PER_ROW=per_row, SPLIT=split,
             BLOCK=plan.block, TILES_BLOCK=slots_block(plan.tiles, plan.num_warps), num_warps=plan.num_warps,
             cooperative=cooperative,
@@ -631,8 +634,7 @@ def _forward(s, logk, mask, schedule):
     """(y of s's shape, a, row max): the forward for any leading dimensions.
     ``logk``: a float, or a float32 tensor (rows,) when k is per row."""
     s2d, mask2d = _as_rows(s, mask)
-    y, a, row_max = coor_descent_forward(s2d, mask2d, logk, schedule)
-    return y.reshape(s.shape), a, row_max
+    return coor_descent_forward(s2d, mask2d, logk, schedule, shape=s.shape)
 
 
 # -------------------------------------------------------------------- custom operator

@@ -195,9 +195,11 @@ def weighted_sum_forward(x, weight, tiles=None):
     """Launch the forward kernel; ``tiles``, a LaunchPlan, overrides forward_tiles'."""
     x2d = as_rows(x)
     n_rows, n_cols = x2d.shape
-    y = torch.empty(n_rows, device=x.device, dtype=x.dtype)
+    # In x.shape[:-1], not a view of a row of sums: a caller may change y in place.
+    y = torch.empty(x.shape[:-1], device=x.device, dtype=x.dtype)
     if n_rows == 0:
-        return shaped_like(y, x)
+        return y
+    y1d = y.view(n_rows)
     vec = vector_width(x2d)
     block_rows, block_cols, num_warps, num_stages = tiles or forward_tiles(
         int(n_cols), x.element_size(), wide_loads=vec * x.element_size() == 16
@@ -205,13 +207,13 @@ def weighted_sum_forward(x, weight, tiles=None):
     grid = (cdiv(n_rows, block_rows),)
     with on_device_of(x):
         launch(weighted_sum_forward_kernel, grid,
-            x2d, weight, y,
+            x2d, weight, y1d,
             n_rows, n_cols,
-            x2d.stride(0), x2d.stride(1), weight.stride(0), y.stride(0),
+            x2d.stride(0), x2d.stride(1), weight.stride(0), y1d.stride(0),
             BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, NUM_STAGES=num_stages, WHOLE_ROWS=block_cols >= n_cols,
             VEC=width_hint(x2d, vec=vec), num_warps=num_warps,
         )
-    return shaped_like(y, x)
+    return y
 
 
 def weighted_sum_backward(x, weight, grad_y, tiles=None):

@@ -223,3 +223,34 @@ def test_second_order_gradients_raise_under_torch_compile_too(op, fn, make):
     penalty = sum((g.float() ** 2).sum() for g in first)
     with pytest.raises(RuntimeError, match="does not currently support double backward|second-order gradients"):
         (y.float().sum() + penalty).backward()
+
+
+# Outputs are ordinary tensors, in any number of leading dimensions: ``y += residual``
+# after the call, as torch's own functions allow. A function whose backward reads its
+# output (softmax) refuses the backward afterwards with torch's own error, as torch.softmax does.
+SAVES_ITS_OUTPUT = {"softmax", "causal_softmax"}
+LEADING_DIMS = {  # every public function, its first argument with two leading dimensions
+    "weighted_sum": lambda: {"x": torch.randn(2, 3, 7), "weight": torch.randn(7)},
+    "softmax": lambda: {"x": torch.randn(2, 3, 7)},
+    "causal_softmax": lambda: {"x": torch.randn(2, 6, 6)},
+    "layernorm": lambda: {"x": torch.randn(2, 3, 7), "gamma": torch.randn(7), "beta": torch.randn(7)},
+    "LayerNorm": lambda: {"x": torch.randn(2, 3, 7)},
+    "coor_descent": lambda: {"s": torch.randn(2, 3, 7), "mask": torch.rand(2, 3, 7) > 0.2},
+}
+
+
+@pytest.mark.parametrize("op, fn, make", [(op, fn, LEADING_DIMS[op]) for op, fn, _ in CASES], ids=IDS)
+def test_outputs_may_be_changed_in_place(op, fn, make):
+    torch.manual_seed(0)
+    inputs = inputs_of(make)
+    leaves = [t.requires_grad_() for t in differentiable(inputs)]
+    y = fn(**inputs)
+    grad_y = torch.randn_like(y)
+    expected = torch.autograd.grad(fn(**inputs), leaves, grad_y)
+    y += 1.0  # not "a view created inside a custom Function", whatever the leading dimensions
+    if op in SAVES_ITS_OUTPUT:
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            torch.autograd.grad(y, leaves, grad_y)
+        return
+    for got, want in zip(torch.autograd.grad(y, leaves, grad_y), expected):
+        torch.testing.assert_close(got, want)

@@ -160,12 +160,14 @@ def layernorm_forward(x, gamma, beta, eps, *, save_stats, tiles=None):
     """Launch a forward kernel; return (y, RowStats or None). ``tiles`` overrides forward_tiles."""
     x2d = as_rows(x)
     n_rows, n_cols = x2d.shape
-    y = torch.empty((n_rows, n_cols), device=x.device, dtype=x.dtype)
+    # In x's shape, not a view of its rows: a caller may change y in place (y += residual).
+    y = torch.empty(x.shape, device=x.device, dtype=x.dtype)
+    y2d = as_rows(y)
     stats = None
     if save_stats:
         stats = RowStats(*(torch.empty(n_rows, device=x.device, dtype=torch.float32) for _ in range(2)))
     if n_rows == 0:
-        return shaped_like(y, x), stats
+        return y, stats
     # int(): traced with dynamic shapes, the width is a SymInt, which the cache cannot hash
     block_rows, block_cols, num_warps, num_stages = tiles or forward_tiles(int(n_cols), x.element_size())
     if block_cols >= n_cols:
@@ -175,14 +177,14 @@ def layernorm_forward(x, gamma, beta, eps, *, save_stats, tiles=None):
     mean, rstd = stats or (None, None)
     with on_device_of(x):
         launch(kernel, (cdiv(n_rows, block_rows),),
-            x2d, gamma, beta, y, mean, rstd,
+            x2d, gamma, beta, y2d, mean, rstd,
             n_rows, n_cols, eps,
-            x2d.stride(0), x2d.stride(1), stride_of(gamma), stride_of(beta), y.stride(0),
+            x2d.stride(0), x2d.stride(1), stride_of(gamma), stride_of(beta), y2d.stride(0),
             HAS_GAMMA=gamma is not None, HAS_BETA=beta is not None, SAVE_STATS=save_stats,
-            BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, VEC=width_hint(x2d, y), num_warps=num_warps,
+            BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, VEC=width_hint(x2d, y2d), num_warps=num_warps,
             **loop_options,
         )
-    return shaped_like(y, x), stats
+    return y, stats
 
 
 def _backward_whole_rows(x2d, gamma, has_beta, grad_y, grad_x, stats, config, partial_width, vec):
