@@ -674,9 +674,15 @@ def _backward_op(
     return ds.reshape(s.shape), dlogk
 
 
+def _values_readable(tensor):
+    """Whether a check may read ``tensor``'s values back: it has values (not traced) and no
+    CUDA graph is being captured (no reads back then)."""
+    return not is_traced(tensor) and not (ON_GPU and torch.cuda.is_current_stream_capturing())
+
+
 @torch.library.custom_op("course_lib::coor_descent_check_k", mutates_args=())
 def check_k_op(k: torch.Tensor, n_cols: int) -> torch.Tensor:
-    if not (ON_GPU and torch.cuda.is_current_stream_capturing()):
+    if _values_readable(k):
         _check_k_values("coor_descent", k, n_cols)
     return k.clone()  # an operator's output may not alias its input
 
@@ -704,13 +710,15 @@ def _gradients(ctx, backward, dy):
 
 def _check_operator_inputs(s, mask, logk, logk_value, n_iters, eps, eps_init, eps_decay):
     """The operator's inputs, checked as coor_descent checks its own: k as log k, a float32
-    tensor of one value a row or one number (the values of a tensor are checked by
-    check_k_op, which reads them back)."""
+    tensor of one value a row or one number. A tensor's values are read back (a sync)
+    where they can be: called directly, not traced (compiled, check_k_op reads k's)."""
     op = "coor_descent"
     _check_inputs(op, s, n_iters, 1, eps, eps_init, eps_decay, mask, 1)
     rows = s.numel() // s.shape[-1]
     if logk is not None:  # log k of each row of s
         check_like(op, "logk", logk, (rows,), s, dtype=torch.float32, contiguous=True)
+        if _values_readable(logk) and not bool(((logk > -math.inf) & (logk <= math.log(s.shape[-1]))).all()):
+            raise ValueError(f"{op}: every logk must be log k with {_k_range(s.shape[-1])}; logk holds values outside it")
     elif not (isinstance(logk_value, numbers.Real) and -math.inf < logk_value <= math.log(s.shape[-1])):
         raise ValueError(f"{op}: logk_value must be log k with {_k_range(s.shape[-1])}, got {logk_value!r}")
 
@@ -749,6 +757,18 @@ def _check_positive(op, name, value):
         raise TypeError(f"{op}: {name} must be a number, got {type(value).__name__} {value!r}")
     if not (0 < value < math.inf):
         raise ValueError(f"{op}: {name} must be positive and finite, got {value}")
+
+
+FLOAT32 = torch.finfo(torch.float32)
+MAX_N_ITERS = 10_000  # a (rows, n_iters) float64 table is saved; colt5 uses tens
+
+
+def _check_smoothing(op, name, value):
+    """eps and eps_init: divisors of float32 sums, so normal float32 numbers."""
+    _check_positive(op, name, value)
+    if not FLOAT32.tiny <= value <= FLOAT32.max:
+        raise ValueError(f"{op}: {name} must be between {FLOAT32.tiny:.3g} and {FLOAT32.max:.3g} (the kernels "
+                         f"divide float32 scores by it), got {value}")
 
 
 def _k_range(n_cols):
@@ -790,10 +810,12 @@ def _check_inputs(op, s, n_iters, k, eps, eps_init, eps_decay, mask, checkpoint_
         raise ValueError(f"{op}: the last dimension of s must be at least 1, got s of shape {tuple(s.shape)}")
     check_index_range(op, columns=s.shape[-1], rows=s.numel() // s.shape[-1])
     _check_count(op, "n_iters", n_iters)
+    if n_iters > MAX_N_ITERS:
+        raise ValueError(f"{op}: n_iters must be at most {MAX_N_ITERS}, got {n_iters}")
     _check_count(op, "checkpoint_segments", checkpoint_segments)
-    _check_positive(op, "eps", eps)
+    _check_smoothing(op, "eps", eps)
     if eps_init is not None:
-        _check_positive(op, "eps_init", eps_init)
+        _check_smoothing(op, "eps_init", eps_init)
     _check_positive(op, "eps_decay", eps_decay)
     if mask is not None:
         check_tensor(op, "mask", mask, dtypes=(torch.bool,))

@@ -381,7 +381,8 @@ def _check_inputs(op, q, k, v, window):
                          f"{tuple(q.shape)}, {tuple(k.shape)} and {tuple(v.shape)}")
     if not 1 <= q.shape[-1] <= MAX_HEAD_DIM:
         raise ValueError(f"{op}: head_dim must be between 1 and {MAX_HEAD_DIM}, got {q.shape[-1]}")
-    if isinstance(window, bool) or not isinstance(window, int):
+    # A SymInt: traced by torch.compile with dynamic shapes, window=n is one.
+    if isinstance(window, bool) or not isinstance(window, (int, torch.SymInt)):
         raise TypeError(f"{op}: window must be an int, got {type(window).__name__} {window!r}")
     if window < 1:
         raise ValueError(f"{op}: window must be at least 1, got {window}")
@@ -403,4 +404,5 @@ def local_causal_attention(q, k, v, window):
     merging the heads is a view. Computes in float32.
     """
     _check_inputs("local_causal_attention", q, k, v, window)
-    return LOCAL_ATTENTION(q, k, v, window)
+    # int(): the kernels take the window as a constant, so a traced SymInt is specialised on.
+    return LOCAL_ATTENTION(q, k, v, int(window))

@@ -470,12 +470,26 @@ def _gradients(ctx, backward, grad_y):
 
 
 def _check_operator_input(x, causal, diagonal):
-    _check_input("causal_softmax" if causal is True else "softmax", x, causal, diagonal)
+    op = "causal_softmax" if causal is True else "softmax"
+    _check_input(op, x, causal, diagonal)
+    _check_diagonal_range(op, x, causal, diagonal)
+
+
+def _check_diagonal_range(op, x, causal, diagonal):
+    """The operators take the diagonal as causal_softmax hands it over, clamped to the
+    scores' bounds: beyond them the kernels' 32-bit index sums would overflow."""
+    if causal and not -x.shape[-2] <= diagonal <= x.shape[-1]:
+        raise ValueError(f"{op}: diagonal must be between -m and n for scores (..., m, n) = {tuple(x.shape)}, "
+                         f"got {diagonal} (causal_softmax clamps any diagonal to that range)")
 
 
 def _check_backward(y, grad_y, causal, diagonal):
-    _check_input("softmax_backward", y, causal, diagonal)
-    check_like("softmax_backward", "grad_y", grad_y, y.shape, y)
+    op = "softmax_backward"
+    _check_input(op, y, causal, diagonal)
+    _check_diagonal_range(op, y, causal, diagonal)
+    if not y.is_contiguous():  # the backward kernels read y as the forward wrote it, row-major
+        raise ValueError(f"{op}: y must be contiguous, as the forward wrote it; got strides {y.stride()}")
+    check_like(op, "grad_y", grad_y, y.shape, y)
 
 
 SOFTMAX = kernel_op(
@@ -490,7 +504,8 @@ SOFTMAX = kernel_op(
 def _check_input(op, x, causal, diagonal=None):
     if not isinstance(causal, bool):
         raise TypeError(f"{op}: causal must be True or False, got {causal!r}")
-    if diagonal is not None and (isinstance(diagonal, bool) or not isinstance(diagonal, int)):
+    # A SymInt: traced by torch.compile with dynamic shapes, diagonal=n - m is one.
+    if diagonal is not None and (isinstance(diagonal, bool) or not isinstance(diagonal, (int, torch.SymInt))):
         raise TypeError(f"{op}: diagonal must be an int or None, got {diagonal!r}")
     check_tensor(op, "x", x, min_ndim=2 if causal else 1)
     if causal and diagonal is None and x.shape[-1] != x.shape[-2]:
@@ -532,8 +547,10 @@ def causal_softmax(x, diagonal=None):
     next to the diagonal that share its 16-element load (FETCH_GROUP).
     """
     _check_input("causal_softmax", x, True, diagonal)
-    if diagonal is None:
-        diagonal = 0
+    if not diagonal:  # None or 0: the square case, within any bounds
+        return SOFTMAX(x, True, 0, error_name="causal_softmax")
     rows, cols = x.shape[-2:]
     # Beyond these bounds every key is hidden or visible: clamping keeps the kernels' 32-bit sums exact.
-    return SOFTMAX(x, True, max(-rows, min(cols, diagonal)), error_name="causal_softmax")
+    # int(): traced with dynamic shapes the bound is a SymInt, and the operator takes an int
+    # (torch.compile then specialises the graph on its value).
+    return SOFTMAX(x, True, int(max(-rows, min(cols, diagonal))), error_name="causal_softmax")

@@ -348,7 +348,7 @@ def local_causal_attention(q, k, v, window, ops=COURSE_OPS, key_mask=None):
         visible = keys_real & (has_previous | (torch.arange(2 * window, device=q.device) >= window))
         scores = hide_keys(scores, visible[:, :, :, None, :])
     weights = ops.causal_softmax(scores, diagonal=window)
-    return (weights @ values).reshape(b, h, n, -1)
+    return (weights @ values).reshape(b, h, n, values.shape[-1])  # not -1: b may be 0
 
 
 class LocalCausalAttention(nn.Module):

@@ -481,6 +481,31 @@ def test_rejects_non_positive_eps(name, value):
         coor_descent(scores(), n_iters=5, k=1, **{name: value})
 
 
+@pytest.mark.parametrize("name", ["eps", "eps_init"])
+@pytest.mark.parametrize("value", [1e-39, 4e38, 1e300])
+def test_rejects_eps_outside_float32(name, value):
+    """The kernels divide float32 scores by eps: a value no normal float32 holds gave NaN."""
+    with pytest.raises(ValueError, match=f"{name} must be between 1.18e-38 and 3.4e\\+38"):
+        coor_descent(scores(), n_iters=5, k=1, **{name: value})
+
+
+def test_rejects_more_iterations_than_it_takes():
+    """The eps table and the saved (rows, n_iters) table grow with n_iters: a huge count
+    would hang building them."""
+    with pytest.raises(ValueError, match=f"n_iters must be at most {module.MAX_N_ITERS}, got 10000000"):
+        coor_descent(scores(), n_iters=10**7, k=1)
+
+
+@pytest.mark.parametrize("bad", [math.inf, math.nan, math.log(9)])
+def test_operator_refuses_log_k_values_out_of_range(bad):
+    """Called directly, the operator reads a per-row log k back, as coor_descent reads k."""
+    s = scores()
+    logk = torch.full((3,), math.log(2), device=DEVICE)
+    logk[1] = bad
+    with pytest.raises(ValueError, match=r"every logk must be log k with 0 < k <= n, the row length \(8\)"):
+        torch.ops.course_lib.coor_descent(s, None, logk, 0.0, 3, 0.1, None, 1.0)
+
+
 def test_rejects_non_number_eps():
     with pytest.raises(TypeError, match="eps must be a number, got str"):
         coor_descent(scores(), n_iters=5, k=1, eps="0.1")

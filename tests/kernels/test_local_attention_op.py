@@ -283,3 +283,13 @@ def test_compiles_whole_with_a_residual_added_in_place(mode):
     residual = torch.randn(2, 3, 37, 16, device=DEVICE, requires_grad=True)
     assert_compiles_whole(lambda q, k, v, r: add_residual(local_causal_attention(q, k, v, 8), r), q, k, v,
                           residual, mode=mode, op="local_attention")
+
+
+def test_compiles_with_dynamic_shapes_and_a_window_taken_from_them():
+    """Traced with dynamic shapes, window=n is a SymInt: taken as the number it is."""
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda q: local_causal_attention(q, q, q, q.shape[2]), backend="aot_eager",
+                             dynamic=True, fullgraph=True)
+    for n in (9, 13):
+        q = torch.randn(1, 2, n, 16, device=DEVICE)
+        torch.testing.assert_close(compiled(q), local_causal_attention(q, q, q, n))

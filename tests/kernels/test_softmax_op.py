@@ -461,8 +461,47 @@ def test_operators_pass_opcheck(causal):
     torch.library.opcheck(torch.ops.course_lib.softmax_backward.default, (y, torch.randn_like(y), causal, 0))
 
 
+def test_backward_operator_refuses_a_y_the_forward_did_not_write():
+    """The backward kernels read y row-major, as the forward wrote it: another layout would
+    be read as the wrong values."""
+    y = softmax(torch.randn(5, 3, device=DEVICE)).t()
+    with pytest.raises(ValueError, match=r"softmax_backward: y must be contiguous, as the forward wrote it"):
+        torch.ops.course_lib.softmax_backward(y, torch.randn(3, 5, device=DEVICE), False, 0)
+
+
+@pytest.mark.parametrize("diagonal", [6, -4, 2**63 - 1, -(2**63)])
+def test_operators_refuse_a_diagonal_beyond_the_scores(diagonal):
+    """causal_softmax clamps its diagonal to [-m, n]; the operators, called directly, refuse
+    one outside it, where the kernels' 32-bit index sums would overflow."""
+    x = torch.randn(3, 5, device=DEVICE)
+    match = rf"diagonal must be between -m and n for scores \(\.\.\., m, n\) = \(3, 5\), got {diagonal}"
+    with pytest.raises(ValueError, match=match):
+        torch.ops.course_lib.softmax(x, True, diagonal)
+    y = causal_softmax(x, diagonal=5)
+    with pytest.raises(ValueError, match=match):
+        torch.ops.course_lib.softmax_backward(y, torch.randn_like(y), True, diagonal)
+
+
 def test_operators_pass_opcheck_with_diagonal():
     x = torch.randn(3, 5, 9, device=DEVICE, requires_grad=True)
     torch.library.opcheck(torch.ops.course_lib.softmax.default, (x, True, 4))
     y = causal_softmax(x.detach(), diagonal=4)
     torch.library.opcheck(torch.ops.course_lib.softmax_backward.default, (y, torch.randn_like(y), True, 4))
+
+
+def test_causal_softmax_compiles_with_dynamic_shapes():
+    """A new shape makes torch.compile trace again with dynamic shapes, where the sizes, and
+    a diagonal computed from them, are SymInts: values and gradients as eager."""
+    torch._dynamo.reset()
+    square = torch.compile(lambda x: causal_softmax(x) * 2, backend="aot_eager", fullgraph=True)
+    offset = torch.compile(lambda x: causal_softmax(x, diagonal=x.shape[-1] - x.shape[-2]), backend="aot_eager",
+                           dynamic=True, fullgraph=True)
+    for rows, cols in ((5, 5), (6, 6), (3, 7)):
+        x = torch.randn(2, rows, cols, device=DEVICE, requires_grad=True)
+        if rows == cols:
+            torch.testing.assert_close(square(x), causal_softmax(x) * 2)
+        y = offset(x)
+        expected = causal_softmax(x, diagonal=cols - rows)
+        torch.testing.assert_close(y, expected)
+        grad_y = torch.randn_like(y)
+        torch.testing.assert_close(torch.autograd.grad(y, x, grad_y)[0], torch.autograd.grad(expected, x, grad_y)[0])

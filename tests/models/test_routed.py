@@ -382,6 +382,14 @@ def test_block_on_an_empty_batch_returns_an_empty_batch():
     assert y.shape == x.shape and x.grad.shape == x.shape
 
 
+def test_block_on_an_empty_batch_with_a_mask_returns_an_empty_batch():
+    block, _ = make_blocks(torch.float32)
+    x = torch.randn(0, 20, 16, device=DEVICE, requires_grad=True)
+    y = block(x, torch.ones(0, 20, dtype=torch.bool, device=DEVICE))
+    y.sum().backward()
+    assert y.shape == x.shape and x.grad.shape == x.shape
+
+
 # ------------------------------------------------------------------ causality
 # Perturbing the tokens after position t must leave every output at positions <= t
 # unchanged, for each module the chapter calls causal. The router's top-k is not one:
