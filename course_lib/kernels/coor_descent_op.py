@@ -763,6 +763,15 @@ FLOAT32 = torch.finfo(torch.float32)
 MAX_N_ITERS = 10_000  # a (rows, n_iters) float64 table is saved; colt5 uses tens
 
 
+def check_eps_schedule(op, eps, eps_init, eps_decay):
+    """eps, eps_init (None: eps) and eps_decay as coor_descent takes them; ``op`` names the
+    caller in errors (the router checks its own when built)."""
+    _check_smoothing(op, "eps", eps)
+    if eps_init is not None:
+        _check_smoothing(op, "eps_init", eps_init)
+    _check_positive(op, "eps_decay", eps_decay)
+
+
 def _check_smoothing(op, name, value):
     """eps and eps_init: divisors of float32 sums, so normal float32 numbers."""
     _check_positive(op, name, value)
@@ -813,10 +822,7 @@ def _check_inputs(op, s, n_iters, k, eps, eps_init, eps_decay, mask, checkpoint_
     if n_iters > MAX_N_ITERS:
         raise ValueError(f"{op}: n_iters must be at most {MAX_N_ITERS}, got {n_iters}")
     _check_count(op, "checkpoint_segments", checkpoint_segments)
-    _check_smoothing(op, "eps", eps)
-    if eps_init is not None:
-        _check_smoothing(op, "eps_init", eps_init)
-    _check_positive(op, "eps_decay", eps_decay)
+    check_eps_schedule(op, eps, eps_init, eps_decay)
     if mask is not None:
         check_tensor(op, "mask", mask, dtypes=(torch.bool,))
         check_same_device(op, s=s, mask=mask)

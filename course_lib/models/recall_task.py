@@ -60,12 +60,21 @@ class RecallTask(NamedTuple):
 def _check_task(op, task):
     """Each size of ``task`` a positive int: a task of no pairs, keys, values or noise has
     nothing to recall or nothing to hide the pairs in."""
+    if not isinstance(task, RecallTask):
+        raise TypeError(f"{op}: task must be a RecallTask, got {type(task).__name__}")
     for name in RecallTask._fields:
         value = getattr(task, name)
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"{op}: RecallTask.{name} must be an int, got {type(value).__name__}")
         if value < 1:
             raise ValueError(f"{op}: RecallTask.{name} must be at least 1, got {value}")
+
+
+def _check_count(op, name, value, least=1):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{op}: {name} must be an int, got {type(value).__name__} {value!r}")
+    if value < least:
+        raise ValueError(f"{op}: {name} must be at least {least}, got {value}")
 
 
 def recall_batch(task, batch, generator, device="cpu"):
@@ -76,7 +85,11 @@ def recall_batch(task, batch, generator, device="cpu"):
     token. targets holds the value at each repeated key's position and IGNORE everywhere
     else: a value appears in the tokens only in its pair, before the query asking for it.
     """
-    _check_task("recall_batch", task)
+    op = "recall_batch"
+    _check_task(op, task)
+    _check_count(op, "batch", batch)
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(f"{op}: generator must be a torch.Generator, got {type(generator).__name__}")
     n_noise, n_keys, n_pairs, seq_len = task.n_noise, task.n_keys, task.n_pairs, task.seq_len
     body = seq_len - 2 * n_pairs
     if body < 2 * n_pairs or n_pairs > n_keys:
@@ -225,6 +238,8 @@ class RecallModel(nn.Module):
     def __init__(self, impl, task, *, dim=64, depth=2, num_heavy_tokens=32, light_window_size=16, heads=4,
                  dim_head=16, router_kwargs=None, colt5_queries_per_window=None, architecture="routed"):
         super().__init__()
+        _check_task("RecallModel", task)
+        self.seq_len = task.seq_len
         self.token_embedding = nn.Embedding(task.vocab, dim)
         self.position_embedding = nn.Embedding(task.seq_len, dim)
         self.blocks = nn.ModuleList(
@@ -238,6 +253,15 @@ class RecallModel(nn.Module):
         self.to_logits = nn.Linear(dim, task.vocab)
 
     def forward(self, tokens):
+        """tokens: (batch, n) integers below the task's vocab, n at most its seq_len (the
+        values are not read back to be checked: that would wait for the GPU every step)."""
+        if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.is_floating_point():
+            raise ValueError(f"RecallModel: tokens must be an integer tensor (batch, n), got "
+                             f"{tokens.dtype if isinstance(tokens, torch.Tensor) else type(tokens).__name__} "
+                             f"{tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else ''}")
+        if tokens.shape[1] > self.seq_len:
+            raise ValueError(f"RecallModel: tokens hold {tokens.shape[1]} positions, more than the task's "
+                             f"seq_len ({self.seq_len}) the position embedding has")
         positions = torch.arange(tokens.shape[1], device=tokens.device)
         x = self.token_embedding(tokens) + self.position_embedding(positions)
         for block in self.blocks:
@@ -267,6 +291,11 @@ def train_recall(impl, task=RecallTask(), *, steps=200, batch=32, lr=3e-3, seed=
     same seed see the same data. Returns the loss of every step and the accuracy on a
     fresh batch of ``eval_batch`` sequences (``batch`` if None) after training.
     """
+    op = "train_recall"
+    _check_count(op, "steps", steps, least=0)
+    _check_count(op, "batch", batch)
+    if eval_batch is not None:
+        _check_count(op, "eval_batch", eval_batch)
     torch.manual_seed(seed)
     model = RecallModel(impl, task, **model_kwargs).to(device=device, dtype=dtype)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)

@@ -41,8 +41,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core import references
-from ..core.validation import FLOAT_DTYPES, _names
+from ..core.validation import FLOAT_DTYPES, _names, check_tensor
 from ..kernels import MAX_HEAD_DIM, causal_softmax, coor_descent, layernorm, weighted_sum
+from ..kernels.coor_descent_op import check_eps_schedule
 from ..kernels import local_causal_attention as fused_local_causal_attention
 
 
@@ -92,13 +93,16 @@ def _check_width_multiplier(op, name, mult, dim):
                          f"accepted: at least {1 / dim:g}")
 
 
-def check_tokens(op, x, dim, dtype):
-    """x must be (batch, seq, dim) in the module's float dtype."""
+def check_tokens(op, x, dim, dtype, ops):
+    """x must be (batch, seq, dim) in the module's float dtype; on the kernels' device, dense
+    and outside torch.func transforms when ``ops`` are the kernels (the references run anywhere)."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{op}: x must be a torch.Tensor, got {type(x).__name__}")
     if x.dtype != dtype:
         raise TypeError(f"{op}: x has dtype {x.dtype}; accepted: the module's dtype, {dtype} "
                         f"(the kernels take {_names(FLOAT_DTYPES)}: cast the module with .to(dtype))")
+    if ops is COURSE_OPS:  # named as the caller, not as the first kernel that would refuse it
+        check_tensor(op, "x", x, dtypes=(dtype,), min_ndim=0)
     if x.ndim != 3 or x.shape[-1] != dim:
         raise ValueError(f"{op}: x must have shape (batch, seq, {dim}), got {tuple(x.shape)}")
 
@@ -112,6 +116,31 @@ def check_mask(op, mask, x):
                         f"{mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__}")
     if tuple(mask.shape) != tuple(x.shape[:2]):
         raise ValueError(f"{op}: mask must have shape (batch, seq) = {tuple(x.shape[:2])}, got {tuple(mask.shape)}")
+
+
+def check_router_kwargs(op, router_kwargs):
+    """router_kwargs: None or a dict of CoordinateDescentRouter's settings, by name."""
+    if router_kwargs is None:
+        return
+    if not isinstance(router_kwargs, dict):
+        raise TypeError(f"{op}: router_kwargs must be a dict or None, got {type(router_kwargs).__name__}")
+    settings = ("n_iters", "fetch_k_ratio", "eps", "eps_init", "eps_decay", "straight_through")
+    unknown = sorted(set(router_kwargs) - set(settings))
+    if unknown:
+        raise TypeError(f"{op}: router_kwargs has {', '.join(map(repr, unknown))}; the router takes "
+                        f"{', '.join(settings)}")
+
+
+def check_ops(op, ops):
+    if not isinstance(ops, Ops):
+        raise TypeError(f"{op}: ops must be COURSE_OPS or REFERENCE_OPS (an Ops of five functions), got {ops!r}")
+
+
+def check_fetch_k_ratio(op, fetch_k_ratio):
+    if isinstance(fetch_k_ratio, bool) or not isinstance(fetch_k_ratio, (int, float)):
+        raise TypeError(f"{op}: fetch_k_ratio must be a number of at least 1, got {fetch_k_ratio!r}")
+    if not 1 <= fetch_k_ratio < float("inf"):  # NaN too
+        raise ValueError(f"{op}: fetch_k_ratio must be a finite number of at least 1, got {fetch_k_ratio}")
 
 
 def check_num_tokens(op, name, num_tokens, seq_len):
@@ -165,6 +194,14 @@ def top_k_routing(s, num_tokens, mask=None, *, n_iters=20, fetch_k_ratio=9 / 8, 
     forward while their gradient is coordinate descent's; a padded token that still
     lands among the routed (a row with fewer real tokens than num_tokens) gets weight 0.
     """
+    op = "top_k_routing"
+    if not isinstance(s, torch.Tensor):
+        raise TypeError(f"{op}: s must be a torch.Tensor of router scores (batch, n), got {type(s).__name__}")
+    if s.ndim != 2:
+        raise ValueError(f"{op}: s must be router scores of shape (batch, n), got {tuple(s.shape)}")
+    check_mask(op, mask, s)
+    check_num_tokens(op, "num_tokens", num_tokens, s.shape[1])
+    check_fetch_k_ratio(op, fetch_k_ratio)
     n = s.shape[-1]
     weights = ops.coor_descent(s, n_iters=n_iters, k=min(num_tokens * fetch_k_ratio, n), eps=eps,
                                eps_init=eps_init, eps_decay=eps_decay, mask=mask)
@@ -209,10 +246,11 @@ class CoordinateDescentRouter(nn.Module):
         op = "CoordinateDescentRouter"
         _check_positive_int(op, "dim", dim)
         _check_positive_int(op, "n_iters", n_iters)
-        if isinstance(fetch_k_ratio, bool) or not isinstance(fetch_k_ratio, (int, float)):
-            raise TypeError(f"{op}: fetch_k_ratio must be a number of at least 1, got {fetch_k_ratio!r}")
-        if not fetch_k_ratio >= 1:  # NaN too
-            raise ValueError(f"{op}: fetch_k_ratio must be at least 1, got {fetch_k_ratio}")
+        check_fetch_k_ratio(op, fetch_k_ratio)
+        check_eps_schedule(op, eps, eps_init, eps_decay)
+        if not isinstance(straight_through, bool):
+            raise TypeError(f"{op}: straight_through must be True or False, got {straight_through!r}")
+        check_ops(op, ops)
         self.n_iters, self.fetch_k_ratio = n_iters, fetch_k_ratio
         self.eps, self.eps_init, self.eps_decay = eps, eps_init, eps_decay
         self.straight_through = straight_through
@@ -230,7 +268,7 @@ class CoordinateDescentRouter(nn.Module):
         (batch, num_tokens, dim) gathered, and the mask of the routed tokens (None without a mask).
         """
         op = "CoordinateDescentRouter"
-        check_tokens(op, x, self.routing_token.shape[0], self.routing_token.dtype)
+        check_tokens(op, x, self.routing_token.shape[0], self.routing_token.dtype, self.ops)
         check_mask(op, mask, x)
         check_num_tokens(op, "num_tokens", num_tokens, x.shape[1])
         indices, scores, routed_mask = top_k_routing(
@@ -367,7 +405,7 @@ class LocalCausalAttention(nn.Module):
 
     def forward(self, x, mask=None):
         op = "LocalCausalAttention"
-        check_tokens(op, x, self.norm.weight.shape[0], self.norm.weight.dtype)
+        check_tokens(op, x, self.norm.weight.shape[0], self.norm.weight.dtype, self.ops)
         check_mask(op, mask, x)
         n = x.shape[1]
         q, k, v = (split_heads(t, self.heads) for t in self.to_qkv(self.norm(x)).chunk(3, dim=-1))
@@ -436,7 +474,12 @@ class RoutedBlock(nn.Module):
     def __init__(self, dim, *, num_heavy_tokens, light_window_size=128, heads=8, dim_head=64,
                  router_kwargs=None, ops=COURSE_OPS):
         super().__init__()
-        _check_positive_int("RoutedBlock", "dim", dim)
+        op = "RoutedBlock"
+        for name, value in (("dim", dim), ("num_heavy_tokens", num_heavy_tokens),
+                            ("light_window_size", light_window_size), ("heads", heads), ("dim_head", dim_head)):
+            _check_positive_int(op, name, value)
+        check_ops(op, ops)
+        check_router_kwargs(op, router_kwargs)
         self.dim = dim
         self.attn = RoutedAttention(
             dim, num_heavy_tokens=num_heavy_tokens, light_window_size=light_window_size, light_heads=heads,
@@ -450,7 +493,7 @@ class RoutedBlock(nn.Module):
         mask: (batch, n) bool, True for real tokens, or None. Returns (batch, n, dim) in x's dtype.
         Bad input raises naming the argument."""
         op = "RoutedBlock"
-        check_tokens(op, x, self.dim, self.attn.norm.weight.dtype)
+        check_tokens(op, x, self.dim, self.attn.norm.weight.dtype, self.attn.ops)
         check_mask(op, mask, x)
         check_num_tokens(op, "num_heavy_tokens", self.attn.num_heavy_tokens, x.shape[1])
         x = x + self.attn(x, mask)

@@ -1,3 +1,4 @@
+import math
 
 import pytest
 import torch
@@ -492,6 +493,37 @@ def test_rejects_more_rows_than_int32():
 def test_module_rejects_several_normalized_dimensions():
     with pytest.raises(ValueError, match="normalizes over the last dimension only"):
         LayerNorm((4, 8))
+
+
+@pytest.mark.parametrize("arguments, error, match", [
+    ({"normalized_shape": -3}, ValueError, "normalized_shape must be at least 1, got -3"),
+    ({"normalized_shape": 2.5}, TypeError, "normalized_shape must be an int or a 1-tuple of one; got 2.5"),
+    ({"normalized_shape": None}, TypeError, "normalized_shape must be an int or a 1-tuple of one; got None"),
+    ({"normalized_shape": True}, TypeError, "normalized_shape must be an int or a 1-tuple of one; got True"),
+    ({"normalized_shape": "4"}, TypeError, "normalized_shape must be an int or a 1-tuple of one; got '4'"),
+    ({"normalized_shape": 7, "dtype": torch.int32}, TypeError, "dtype must be float32, float16 or bfloat16"),
+    ({"normalized_shape": 7, "eps": -1}, ValueError, "eps must be a non-negative number"),
+    ({"normalized_shape": 7, "eps": "x"}, TypeError, "eps must be a number, got str"),
+    ({"normalized_shape": 7, "stable": "x"}, TypeError, "stable must be True or False, got str"),
+    ({"normalized_shape": 7, "bias": 1}, TypeError, "bias must be True or False, got int"),
+], ids=["negative", "float", "None", "bool", "str", "int dtype", "negative eps", "str eps", "str stable", "int bias"])
+def test_module_refuses_bad_arguments_when_built(arguments, error, match):
+    """At construction, naming the argument, not at the first forward or inside torch."""
+    with pytest.raises(error, match=f"LayerNorm: {match}"):
+        LayerNorm(**arguments)
+
+
+@pytest.mark.parametrize("eps, error", [(True, TypeError), (math.inf, ValueError), (10**400, ValueError),
+                                        (4e38, ValueError)], ids=["bool", "inf", "huge int", "beyond float32"])
+def test_rejects_eps_that_float32_cannot_add(eps, error):
+    with pytest.raises(error, match="layernorm: eps must be"):
+        layernorm(torch.randn(3, 4, device=DEVICE), None, eps=eps)
+
+
+@pytest.mark.parametrize("stable", ["yes", 1, None])
+def test_rejects_stable_that_is_not_a_bool(stable):
+    with pytest.raises(TypeError, match="layernorm: stable must be True or False"):
+        layernorm(torch.randn(3, 4, device=DEVICE), None, stable=stable)
 
 
 @pytest.mark.parametrize("affine", [True, False])

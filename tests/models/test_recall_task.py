@@ -55,3 +55,31 @@ def test_an_unknown_architecture_is_named():
         RecallModel("course_lib", RecallTask(), architecture="moe")
     with pytest.raises(ValueError, match="not colt5_attention's"):
         RecallModel("colt5_attention", RecallTask(), architecture="dense")
+
+
+SMALL_TASK = RecallTask(seq_len=32, n_pairs=2)
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda g: recall_batch(SMALL_TASK, -1, g), ValueError, "recall_batch: batch must be at least 1, got -1"),
+    (lambda g: recall_batch(SMALL_TASK, 2.0, g), TypeError, "recall_batch: batch must be an int, got float"),
+    (lambda g: recall_batch(SMALL_TASK, True, g), TypeError, "recall_batch: batch must be an int, got bool"),
+    (lambda g: recall_batch((32, 2), 2, g), TypeError, "recall_batch: task must be a RecallTask, got tuple"),
+    (lambda g: recall_batch(SMALL_TASK, 2, 0), TypeError, "recall_batch: generator must be a torch.Generator"),
+    (lambda g: RecallModel("reference", RecallTask(seq_len=0)), ValueError,
+     "RecallModel: RecallTask.seq_len must be at least 1, got 0"),
+    (lambda g: train_recall("reference", SMALL_TASK, steps=-1), ValueError, "train_recall: steps must be at least 0"),
+    (lambda g: train_recall("reference", SMALL_TASK, batch=0), ValueError, "train_recall: batch must be at least 1"),
+], ids=["negative batch", "float batch", "bool batch", "tuple task", "int generator", "no sequence", "negative steps",
+        "empty batch"])
+def test_task_helpers_refuse_bad_arguments_naming_them(call, error, match):
+    with pytest.raises(error, match=match):
+        call(torch.Generator().manual_seed(0))
+
+
+def test_model_refuses_tokens_it_has_no_embedding_for():
+    model = RecallModel("reference", SMALL_TASK, dim=16, num_heavy_tokens=4, light_window_size=4, heads=2, dim_head=8)
+    with pytest.raises(ValueError, match=r"tokens hold 40 positions, more than the task's seq_len \(32\)"):
+        model(torch.zeros(1, 40, dtype=torch.long))
+    with pytest.raises(ValueError, match="tokens must be an integer tensor"):
+        model(torch.zeros(1, 4))

@@ -262,7 +262,7 @@ def test_routed_query_never_sees_a_later_token():
     (lambda b, x, m: routed.CoordinateDescentRouter(16, fetch_k_ratio=None), TypeError,
      r"fetch_k_ratio must be a number of at least 1, got None"),
     (lambda b, x, m: routed.CoordinateDescentRouter(16, fetch_k_ratio=0.5), ValueError,
-     r"fetch_k_ratio must be at least 1, got 0.5"),
+     r"fetch_k_ratio must be a finite number of at least 1, got 0.5"),
 ])
 def test_bad_input_names_the_argument(call, error, match):
     block, _ = make_blocks(torch.float32)
@@ -441,3 +441,50 @@ def test_the_routed_attention_as_a_whole_sees_later_tokens():
         changed[:, 20:] = 10 * token / token.norm()  # later tokens now score highest
         before, after = attention(x), attention(changed)
     assert not torch.allclose(after[:, :20], before[:, :20])
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda s: routed.top_k_routing(s[0], 3), ValueError, r"s must be router scores of shape \(batch, n\), got \(10,\)"),
+    (lambda s: routed.top_k_routing(s[None], 3), ValueError, r"s must be router scores of shape \(batch, n\)"),
+    (lambda s: routed.top_k_routing(s.tolist(), 3), TypeError, "s must be a torch.Tensor of router scores"),
+    (lambda s: routed.top_k_routing(s, 11), ValueError, r"num_tokens = 11 is larger than the sequence \(10 tokens\)"),
+    (lambda s: routed.top_k_routing(s, 2.5), TypeError, "num_tokens must be an int, got float"),
+    (lambda s: routed.top_k_routing(s, 0), ValueError, "num_tokens must be at least 1, got 0"),
+    (lambda s: routed.top_k_routing(s, 2, fetch_k_ratio=0.5), ValueError, "fetch_k_ratio must be a finite number"),
+    (lambda s: routed.top_k_routing(s, 2, fetch_k_ratio=float("nan")), ValueError, "fetch_k_ratio must be a finite"),
+    (lambda s: routed.top_k_routing(s, 2, mask=torch.ones(2, 9, dtype=torch.bool, device=DEVICE)), ValueError,
+     r"mask must have shape \(batch, seq\) = \(2, 10\), got \(2, 9\)"),
+], ids=["1-D", "3-D", "list", "too many", "float count", "none", "ratio below 1", "ratio NaN", "mask shape"])
+def test_top_k_routing_refuses_bad_arguments_naming_them(call, error, match):
+    with pytest.raises(error, match=f"top_k_routing: {match}"):
+        call(torch.randn(2, 10, device=DEVICE))
+
+
+@pytest.mark.parametrize("arguments, error, match", [
+    ({"eps": 0}, ValueError, "eps must be positive and finite, got 0"),
+    ({"eps": "a"}, TypeError, "eps must be a number, got str"),
+    ({"eps_decay": 0}, ValueError, "eps_decay must be positive and finite, got 0"),
+    ({"eps_init": float("nan")}, ValueError, "eps_init must be positive and finite, got nan"),
+    ({"eps": 1e-39}, ValueError, "eps must be between"),
+    ({"straight_through": "no"}, TypeError, "straight_through must be True or False, got 'no'"),
+    ({"ops": "x"}, TypeError, "ops must be COURSE_OPS or REFERENCE_OPS"),
+], ids=["eps 0", "eps str", "decay 0", "eps_init NaN", "eps subnormal", "straight_through str", "ops str"])
+def test_router_refuses_bad_settings_when_built(arguments, error, match):
+    """When built, naming the router's own argument, not at the first forward as coor_descent's."""
+    with pytest.raises(error, match=f"CoordinateDescentRouter: {match}"):
+        routed.CoordinateDescentRouter(8, **arguments)
+
+
+def test_block_refuses_ops_that_are_not_ops():
+    with pytest.raises(TypeError, match="RoutedBlock: ops must be COURSE_OPS or REFERENCE_OPS"):
+        routed.RoutedBlock(8, num_heavy_tokens=4, light_window_size=4, heads=2, dim_head=4, ops="x")
+
+
+def test_block_errors_name_the_block_and_its_own_arguments():
+    with pytest.raises(TypeError, match="RoutedBlock: x has layout torch.sparse_coo"):
+        routed.RoutedBlock(8, num_heavy_tokens=4, light_window_size=4, heads=2, dim_head=4).to(DEVICE)(
+            torch.randn(2, 10, 8, device=DEVICE).to_sparse())
+    with pytest.raises(ValueError, match="RoutedBlock: num_heavy_tokens must be at least 1, got 0"):
+        routed.RoutedBlock(8, num_heavy_tokens=0)
+    with pytest.raises(TypeError, match="RoutedBlock: router_kwargs has 'foo'; the router takes n_iters"):
+        routed.RoutedBlock(8, num_heavy_tokens=4, router_kwargs={"foo": 1})

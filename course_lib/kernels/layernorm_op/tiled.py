@@ -394,13 +394,26 @@ def _check_inputs(op, x, gamma, beta, eps, names=("gamma", "beta"), any_float_pa
         raise TypeError(f"{op}: {names[0]} has dtype {gamma.dtype} but {names[1]} has {beta.dtype}; they must match")
     if n_cols == 0:
         raise ValueError(f"{op}: the last dimension N of x must be at least 1, got x of shape {tuple(x.shape)}")
-    if not isinstance(eps, numbers.Real):
-        raise TypeError(f"{op}: eps must be a number, got {type(eps).__name__}")
-    if not eps >= 0:  # also catches NaN
-        raise ValueError(f"{op}: eps must be a non-negative number, got {eps}")
+    _check_eps(op, eps)
     if n_cols > INT32_LIMIT // 2:  # the backward's partial rows hold dgamma and dbeta side by side
         raise ValueError(f"{op}: N = {n_cols} is too large; at most {INT32_LIMIT // 2} is supported")
     check_index_range(op, M=x.numel() // n_cols)
+
+
+EPS_MAX = torch.finfo(torch.float32).max  # eps is added to a float32 variance
+
+
+def _check_eps(op, eps):
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise TypeError(f"{op}: eps must be a number, got {type(eps).__name__} {eps!r}")
+    if not 0 <= eps <= EPS_MAX:  # NaN and inf too; exact for an int of any size
+        raise ValueError(f"{op}: eps must be a non-negative number of at most {EPS_MAX:.3g} (it is added to a "
+                         f"float32 variance), got {eps}")
+
+
+def _check_stable(op, stable):
+    if not isinstance(stable, bool):
+        raise TypeError(f"{op}: stable must be True or False, got {type(stable).__name__} {stable!r}")
 
 
 def layernorm(x, gamma, beta=None, eps=1e-5, stable=False):
@@ -417,6 +430,7 @@ def layernorm(x, gamma, beta=None, eps=1e-5, stable=False):
 
 def _layernorm(op, names, x, gamma, beta, eps, stable):
     _check_inputs(op, x, gamma, beta, eps, names)
+    _check_stable(op, stable)
     eps = float(eps)
     if torch.compiler.is_compiling():
         # With stable, inductor differentiates the division itself: traced by it,
@@ -438,12 +452,27 @@ class LayerNorm(nn.Module):
     def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True,
                  device=None, dtype=None, stable=False):
         super().__init__()
-        shape = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else tuple(normalized_shape)
+        op = "LayerNorm"
+        is_count = isinstance(normalized_shape, numbers.Integral) and not isinstance(normalized_shape, bool)
+        shape = (normalized_shape,) if is_count else normalized_shape
+        if not isinstance(shape, (tuple, list, torch.Size)) or any(
+                isinstance(n, bool) or not isinstance(n, numbers.Integral) for n in shape):
+            raise TypeError(f"{op}: normalized_shape must be an int or a 1-tuple of one; got {normalized_shape!r}")
         if len(shape) != 1:
             raise ValueError(
-                f"LayerNorm: normalizes over the last dimension only, so normalized_shape must be "
+                f"{op}: normalizes over the last dimension only, so normalized_shape must be "
                 f"an int or a 1-tuple; got {normalized_shape!r}"
             )
+        shape = (int(shape[0]),)
+        if shape[0] < 1:
+            raise ValueError(f"{op}: normalized_shape must be at least 1, got {shape[0]}")
+        _check_eps(op, eps)
+        _check_stable(op, stable)
+        for name, flag in (("elementwise_affine", elementwise_affine), ("bias", bias)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{op}: {name} must be True or False, got {type(flag).__name__} {flag!r}")
+        if dtype is not None and dtype not in FLOAT_DTYPES:
+            raise TypeError(f"{op}: dtype must be float32, float16 or bfloat16 (the kernels' dtypes), got {dtype}")
         self.normalized_shape = shape
         self.eps = eps
         self.elementwise_affine = elementwise_affine
