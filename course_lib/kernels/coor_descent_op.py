@@ -843,8 +843,10 @@ def coor_descent(s, *, n_iters, k, eps=0.1, eps_init=None, eps_decay=1.0, mask=N
     than k unmasked scores has no y summing to k: its y rises towards 1 on every unmasked
     position, and a fully masked row gives zeros. Checking tensor k reads it back to the
     host once.
+    n_iters: 1 to MAX_N_ITERS (10000) iterations.
     eps, eps_init, eps_decay: ε-scaling, eps falling from max(eps_init, eps) by eps_decay
-    each iteration, never below eps. mask: bool of s's shape, True where a score counts;
+    each iteration, never below eps; eps and eps_init are normal float32 numbers (from
+    about 1.2e-38 to 3.4e38: the kernels divide by them). mask: bool of s's shape, True where a score counts;
     y and the gradient are exactly 0 elsewhere.
     checkpoint_segments: accepted for compatibility, no effect: the forward saves one
     scalar per row per iteration and the backward needs nothing more.
