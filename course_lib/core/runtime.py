@@ -15,6 +15,7 @@ import functools
 import math
 import os
 import sys
+import threading
 import warnings
 
 import torch
@@ -230,6 +231,7 @@ def direct_launch_supported(triton_version):
 
 _direct_launch = ON_GPU and direct_launch_supported(triton.__version__)
 _compiled_kernels = {}
+_interpreter_lock = threading.Lock()
 
 
 def _signature(args):
@@ -317,6 +319,12 @@ def launch(kernel, grid, *args, num_warps=4, num_stages=None, maxnreg=None, coop
         return  # under the interpreter: a fake implementation, which only shapes the outputs
     if maxnreg is not None:
         options["maxnreg"] = maxnreg
+    if not ON_GPU:
+        # Triton's interpreter keeps the running grid in globals: two threads launching at
+        # once read each other's programs (wrong values, or errors from inside Triton).
+        with _interpreter_lock:
+            kernel[grid](*args, **constexprs, **options)
+        return
     if not _direct_launch:
         kernel[grid](*args, **constexprs, **options)
         return

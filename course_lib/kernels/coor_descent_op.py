@@ -94,7 +94,7 @@ from ..core.plans import TunedOn, warps_for
 from ..core.runtime import (ON_GPU, cdiv, is_cooperative_refusal, is_traced, launch, multiprocessor_count,
                             next_power_of_2, spin_waits_allowed)
 from ..core.split_rows import gather, publish, slots_block
-from ..core.validation import check_index_range, check_like, check_same_device, check_tensor, on_device_of
+from ..core.validation import _names, check_index_range, check_like, check_same_device, check_tensor, on_device_of
 
 LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
 
@@ -682,6 +682,11 @@ def _values_readable(tensor):
 
 @torch.library.custom_op("course_lib::coor_descent_check_k", mutates_args=())
 def check_k_op(k: torch.Tensor, n_cols: int) -> torch.Tensor:
+    op = "coor_descent_check_k"
+    if k.dtype not in K_DTYPES:
+        raise TypeError(f"{op}: k has dtype {k.dtype}; accepted: {_names(K_DTYPES)}")
+    if n_cols < 1:
+        raise ValueError(f"{op}: n_cols, the row length, must be at least 1, got {n_cols}")
     if _values_readable(k):
         _check_k_values("coor_descent", k, n_cols)
     return k.clone()  # an operator's output may not alias its input
@@ -708,11 +713,10 @@ def _gradients(ctx, backward, dy):
     return ds, None, (dlogk if logk is not None else None), None, None, None, None, None
 
 
-def _check_operator_inputs(s, mask, logk, logk_value, n_iters, eps, eps_init, eps_decay):
+def _check_operator_inputs(s, mask, logk, logk_value, n_iters, eps, eps_init, eps_decay, op="coor_descent"):
     """The operator's inputs, checked as coor_descent checks its own: k as log k, a float32
     tensor of one value a row or one number. A tensor's values are read back (a sync)
     where they can be: called directly, not traced (compiled, check_k_op reads k's)."""
-    op = "coor_descent"
     _check_inputs(op, s, n_iters, 1, eps, eps_init, eps_decay, mask, 1)
     rows = s.numel() // s.shape[-1]
     if logk is not None:  # log k of each row of s
@@ -725,7 +729,7 @@ def _check_operator_inputs(s, mask, logk, logk_value, n_iters, eps, eps_init, ep
 
 def _check_backward(s, mask, logk, logk_value, n_iters, eps, eps_init, eps_decay, a, row_max, dy):
     op = "coor_descent_backward"
-    _check_operator_inputs(s, mask, logk, logk_value, n_iters, eps, eps_init, eps_decay)
+    _check_operator_inputs(s, mask, logk, logk_value, n_iters, eps, eps_init, eps_decay, op=op)
     rows = s.numel() // s.shape[-1]
     check_like(op, "a", a, (rows, n_iters), s, dtype=torch.float64, contiguous=True)
     check_like(op, "row_max", row_max, (rows,), s, dtype=torch.float32, contiguous=True)

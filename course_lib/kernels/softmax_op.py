@@ -485,7 +485,7 @@ def _check_diagonal_range(op, x, causal, diagonal):
 
 def _check_backward(y, grad_y, causal, diagonal):
     op = "softmax_backward"
-    _check_input(op, y, causal, diagonal)
+    _check_input(op, y, causal, diagonal, name="y")
     _check_diagonal_range(op, y, causal, diagonal)
     if not y.is_contiguous():  # the backward kernels read y as the forward wrote it, row-major
         raise ValueError(f"{op}: y must be contiguous, as the forward wrote it; got strides {y.stride()}")
@@ -501,19 +501,19 @@ SOFTMAX = kernel_op(
 # ------------------------------------------------------------------------------ public
 
 
-def _check_input(op, x, causal, diagonal=None):
+def _check_input(op, x, causal, diagonal=None, name="x"):
     if not isinstance(causal, bool):
         raise TypeError(f"{op}: causal must be True or False, got {causal!r}")
     # A SymInt: traced by torch.compile with dynamic shapes, diagonal=n - m is one.
     if diagonal is not None and (isinstance(diagonal, bool) or not isinstance(diagonal, (int, torch.SymInt))):
         raise TypeError(f"{op}: diagonal must be an int or None, got {diagonal!r}")
-    check_tensor(op, "x", x, min_ndim=2 if causal else 1)
+    check_tensor(op, name, x, min_ndim=2 if causal else 1)
     if causal and diagonal is None and x.shape[-1] != x.shape[-2]:
         raise ValueError(
             f"{op}: a causal mask needs square matrices in the last two dimensions, (..., n, n), "
             f"or a diagonal saying where the keys of non-square scores (..., m, n) start: "
             f"diagonal=n - m aligns the last query with the last key, diagonal=0 the first with the first; "
-            f"got x of shape {tuple(x.shape)}"
+            f"got {name} of shape {tuple(x.shape)}"
         )
     n_cols = x.shape[-1]
     check_index_range(op, columns=n_cols, rows=x.numel() // n_cols if n_cols else 0)

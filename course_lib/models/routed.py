@@ -102,6 +102,9 @@ def check_tokens(op, x, dim, dtype, ops):
         raise TypeError(f"{op}: x has dtype {x.dtype}; accepted: the module's dtype, {dtype} "
                         f"(the kernels take {_names(FLOAT_DTYPES)}: cast the module with .to(dtype))")
     if ops is COURSE_OPS:  # named as the caller, not as the first kernel that would refuse it
+        if dtype not in FLOAT_DTYPES:
+            raise TypeError(f"{op}: the module is in {dtype}, which the kernels do not take; accepted: "
+                            f"{_names(FLOAT_DTYPES)} (cast the module with .to(dtype))")
         check_tensor(op, "x", x, dtypes=(dtype,), min_ndim=0)
     if x.ndim != 3 or x.shape[-1] != dim:
         raise ValueError(f"{op}: x must have shape (batch, seq, {dim}), got {tuple(x.shape)}")
@@ -129,6 +132,11 @@ def check_router_kwargs(op, router_kwargs):
     if unknown:
         raise TypeError(f"{op}: router_kwargs has {', '.join(map(repr, unknown))}; the router takes "
                         f"{', '.join(settings)}")
+
+
+def check_flag(op, name, value):
+    if not isinstance(value, bool):
+        raise TypeError(f"{op}: {name} must be True or False, got {value!r}")
 
 
 def check_ops(op, ops):
@@ -166,7 +174,8 @@ def add_tokens(out, routed, indices):
     see one ordinary operation: a copy of ``out`` with k rows changed. The indices of a row
     are distinct (a top-k's), so no position receives two tokens.
     """
-    return out.scatter_add(1, indices[..., None].expand(-1, -1, routed.shape[-1]), routed)
+    # routed.to: under autocast the branches may come out in different dtypes (no copy otherwise).
+    return out.scatter_add(1, indices[..., None].expand(-1, -1, routed.shape[-1]), routed.to(out.dtype))
 
 
 # ---------------------------------------------------------------------------- router
@@ -202,6 +211,10 @@ def top_k_routing(s, num_tokens, mask=None, *, n_iters=20, fetch_k_ratio=9 / 8, 
     check_mask(op, mask, s)
     check_num_tokens(op, "num_tokens", num_tokens, s.shape[1])
     check_fetch_k_ratio(op, fetch_k_ratio)
+    _check_positive_int(op, "n_iters", n_iters)
+    check_eps_schedule(op, eps, eps_init, eps_decay)
+    check_flag(op, "straight_through", straight_through)
+    check_flag(op, "sequence_order", sequence_order)
     n = s.shape[-1]
     weights = ops.coor_descent(s, n_iters=n_iters, k=min(num_tokens * fetch_k_ratio, n), eps=eps,
                                eps_init=eps_init, eps_decay=eps_decay, mask=mask)
@@ -248,8 +261,7 @@ class CoordinateDescentRouter(nn.Module):
         _check_positive_int(op, "n_iters", n_iters)
         check_fetch_k_ratio(op, fetch_k_ratio)
         check_eps_schedule(op, eps, eps_init, eps_decay)
-        if not isinstance(straight_through, bool):
-            raise TypeError(f"{op}: straight_through must be True or False, got {straight_through!r}")
+        check_flag(op, "straight_through", straight_through)
         check_ops(op, ops)
         self.n_iters, self.fetch_k_ratio = n_iters, fetch_k_ratio
         self.eps, self.eps_init, self.eps_decay = eps, eps_init, eps_decay
@@ -271,6 +283,7 @@ class CoordinateDescentRouter(nn.Module):
         check_tokens(op, x, self.routing_token.shape[0], self.routing_token.dtype, self.ops)
         check_mask(op, mask, x)
         check_num_tokens(op, "num_tokens", num_tokens, x.shape[1])
+        check_flag(op, "sequence_order", sequence_order)
         indices, scores, routed_mask = top_k_routing(
             self.ops.weighted_sum(x, self.routing_token), num_tokens, mask, n_iters=self.n_iters,
             fetch_k_ratio=self.fetch_k_ratio, eps=self.eps, eps_init=self.eps_init, eps_decay=self.eps_decay,

@@ -203,3 +203,24 @@ def test_cooperative_launches_are_available_on_a_gpu():
     paths everywhere: safe, but slower on wide rows."""
     assert runtime.cooperative_launch_supported()
     assert runtime.spin_waits_allowed(torch.empty(1, device=runtime.DEVICE))
+
+
+def test_launches_from_several_threads_give_what_one_thread_gives():
+    """Triton's interpreter keeps the running grid in globals; launches from a thread pool
+    gave other calls' values or errors from inside Triton until launch serialised them."""
+    import concurrent.futures
+
+    from course_lib import coor_descent, weighted_sum
+
+    torch.manual_seed(0)
+    inputs = [torch.randn(3 + i % 5, 8 + i, device=runtime.DEVICE) for i in range(12)]
+
+    def call(x):
+        return coor_descent(x, n_iters=3, k=2), weighted_sum(x, torch.ones(x.shape[-1], device=runtime.DEVICE))
+
+    one_thread = [call(x) for x in inputs]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        several = list(pool.map(call, inputs))
+    for want, got in zip(one_thread, several):
+        for w, g in zip(want, got):
+            torch.testing.assert_close(g, w, rtol=0, atol=0)

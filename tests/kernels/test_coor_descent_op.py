@@ -602,3 +602,17 @@ def test_a_nan_score_makes_its_rows_gradient_nan_as_the_reference_does(split, mo
     assert ours.grad[1].isnan().all() and reference.grad[1].isnan().all()
     assert not ours.grad[[0, 2]].isnan().any()
     torch.testing.assert_close(ours.grad[[0, 2]].double(), reference.grad[[0, 2]], rtol=1e-3, atol=1e-4)
+
+
+def test_k_check_operator_refuses_what_coor_descent_refuses():
+    with pytest.raises(TypeError, match="coor_descent_check_k: k has dtype torch.bool"):
+        torch.ops.course_lib.coor_descent_check_k(torch.tensor([True], device=DEVICE), 8)
+    with pytest.raises(ValueError, match="coor_descent_check_k: n_cols, the row length, must be at least 1, got -1"):
+        torch.ops.course_lib.coor_descent_check_k(torch.tensor([1.0], device=DEVICE), -1)
+
+
+def test_backward_operator_errors_name_the_backward():
+    s = scores()
+    y, a, row_max = torch.ops.course_lib.coor_descent(s, None, None, 0.5, 3, 0.1, None, 1.0)
+    with pytest.raises(ValueError, match="coor_descent_backward: n_iters must be at least 1"):
+        torch.ops.course_lib.coor_descent_backward(s, None, None, 0.5, 0, 0.1, None, 1.0, a, row_max, y)

@@ -657,3 +657,10 @@ def test_a_row_of_one_value_normalises_to_exactly_beta(dtype):
     x = (torch.randn(9, 1, device=DEVICE) * 100).to(dtype)
     gamma, beta = torch.randn(1, device=DEVICE, dtype=dtype), torch.randn(1, device=DEVICE, dtype=dtype)
     assert torch.equal(layernorm(x, gamma, beta), beta.expand(9, 1))
+
+
+def test_backward_operator_keeps_the_gradients_in_gammas_dtype():
+    x, gamma = torch.randn(3, 8, device=DEVICE), torch.randn(8, device=DEVICE)
+    y, mean, rstd = torch.ops.course_lib.layernorm(x, gamma, gamma, 1e-5)
+    with pytest.raises(TypeError, match=r"layernorm_backward: param_dtype must be gamma's dtype, torch.float32"):
+        torch.ops.course_lib.layernorm_backward(torch.randn_like(y), x, gamma, True, mean, rstd, torch.float16)

@@ -505,3 +505,8 @@ def test_causal_softmax_compiles_with_dynamic_shapes():
         torch.testing.assert_close(y, expected)
         grad_y = torch.randn_like(y)
         torch.testing.assert_close(torch.autograd.grad(y, x, grad_y)[0], torch.autograd.grad(expected, x, grad_y)[0])
+
+
+def test_backward_operator_names_y():
+    with pytest.raises(ValueError, match=r"softmax_backward: y must have at least 2 dimension"):
+        torch.ops.course_lib.softmax_backward(torch.randn(8, device=DEVICE), torch.randn(8, device=DEVICE), True, 0)

@@ -488,3 +488,32 @@ def test_block_errors_name_the_block_and_its_own_arguments():
         routed.RoutedBlock(8, num_heavy_tokens=0)
     with pytest.raises(TypeError, match="RoutedBlock: router_kwargs has 'foo'; the router takes n_iters"):
         routed.RoutedBlock(8, num_heavy_tokens=4, router_kwargs={"foo": 1})
+
+
+def test_block_runs_under_autocast():
+    """Under autocast the light branch comes out of its Linear layers in the autocast dtype and
+    the heavy one in float32: adding the heavy rows back casts them to the light rows' dtype."""
+    block, _ = make_blocks(torch.float32)
+    x = torch.randn(2, 20, 16, device=DEVICE, requires_grad=True)
+    with torch.autocast(DEVICE.type, dtype=torch.bfloat16):
+        y = block(x)
+    y.float().sum().backward()
+    assert y.shape == x.shape and x.grad.shape == x.shape and torch.isfinite(x.grad).all()
+    torch.testing.assert_close(y.float(), block(x).float(), rtol=0.05, atol=0.05)
+
+
+@pytest.mark.parametrize("flag", ["straight_through", "sequence_order"])
+@pytest.mark.parametrize("value", ["no", None, 1])
+def test_top_k_routing_refuses_flags_that_are_not_bools(flag, value):
+    with pytest.raises(TypeError, match=f"top_k_routing: {flag} must be True or False"):
+        routed.top_k_routing(torch.randn(2, 10, device=DEVICE), 2, **{flag: value})
+
+
+def test_router_errors_name_the_router():
+    router = routed.CoordinateDescentRouter(4).to(DEVICE)
+    with pytest.raises(TypeError, match="CoordinateDescentRouter: sequence_order must be True or False"):
+        router(torch.randn(2, 6, 4, device=DEVICE), num_tokens=2, sequence_order=None)
+    with pytest.raises(TypeError, match="CoordinateDescentRouter: the module is in torch.float64, which the kernels"):
+        router.double()(torch.randn(2, 6, 4, device=DEVICE, dtype=torch.float64), num_tokens=2)
+    with pytest.raises(ValueError, match="top_k_routing: n_iters must be at least 1, got 0"):
+        routed.top_k_routing(torch.randn(2, 10, device=DEVICE), 2, n_iters=0)

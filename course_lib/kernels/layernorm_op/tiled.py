@@ -310,6 +310,8 @@ def _check_backward(grad_y, x, gamma, has_beta, mean, rstd, param_dtype):
     check_like(op, "rstd", rstd, (rows,), x, dtype=torch.float32, contiguous=True)
     if param_dtype not in FLOAT_DTYPES:
         raise TypeError(f"{op}: param_dtype must be float32, float16 or bfloat16, got {param_dtype}")
+    if gamma is not None and param_dtype != gamma.dtype:  # the gradients come back in gamma's dtype
+        raise TypeError(f"{op}: param_dtype must be gamma's dtype, {gamma.dtype}, got {param_dtype}")
 
 
 LAYERNORM = kernel_op(
