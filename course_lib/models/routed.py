@@ -34,6 +34,7 @@ Where this differs from the ``colt5-attention`` package (0.11.2), by design:
   window, as the package's autoregressive attention does.
 """
 
+import inspect
 from typing import NamedTuple
 
 import torch
@@ -127,7 +128,9 @@ def check_router_kwargs(op, router_kwargs):
         return
     if not isinstance(router_kwargs, dict):
         raise TypeError(f"{op}: router_kwargs must be a dict or None, got {type(router_kwargs).__name__}")
-    settings = ("n_iters", "fetch_k_ratio", "eps", "eps_init", "eps_decay", "straight_through")
+    # The router's keyword settings, read from its signature (dim and ops come from the block).
+    settings = [name for name, parameter in inspect.signature(CoordinateDescentRouter).parameters.items()
+                if parameter.kind is parameter.KEYWORD_ONLY and name != "ops"]
     unknown = sorted(set(router_kwargs) - set(settings))
     if unknown:
         raise TypeError(f"{op}: router_kwargs has {', '.join(map(repr, unknown))}; the router takes "
