@@ -35,7 +35,7 @@ from benchmarks.bench_routed_block import make_block
 from benchmarks.bench_softmax import masked_softmax
 from course_lib import causal_softmax, coor_descent, layernorm, softmax, weighted_sum
 from course_lib.core import references, runtime
-from course_lib.core.benchmarking import require_gpu, training_step
+from course_lib.core.benchmarking import gpu_events, require_gpu, training_step
 from course_lib.teaching.notebook import host_and_gpu_events
 
 
@@ -115,7 +115,7 @@ def profile(step, steps=5):
             with torch.profiler.record_function("step"):
                 step()
         torch.cuda.synchronize()
-    gpu = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    gpu = gpu_events(prof)
     gpu_us = sum(e.device_time for e in gpu) / steps
     host = [event for event in host_and_gpu_events(prof) if event[0] != "GPU"]
     return gpu_us, len(gpu) / steps, host, prof

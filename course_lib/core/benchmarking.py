@@ -113,8 +113,12 @@ def kernel_ms(fn, calls=5):
         for _ in range(calls):
             fn()
         torch.cuda.synchronize()
-    kernels = [e for e in profile.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    return sum(e.device_time for e in kernels) / calls / 1e3
+    return sum(e.device_time for e in gpu_events(profile)) / calls / 1e3
+
+
+def gpu_events(profile):
+    """The GPU's events (kernels, copies) of a torch.profiler run."""
+    return [e for e in profile.events() if e.device_type == torch.autograd.DeviceType.CUDA]
 
 
 def fresh_compile(fn, mode=None):

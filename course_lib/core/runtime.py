@@ -231,7 +231,10 @@ def direct_launch_supported(triton_version):
 
 _direct_launch = ON_GPU and direct_launch_supported(triton.__version__)
 _compiled_kernels = {}
-_interpreter_lock = threading.Lock()
+# Triton's interpreter keeps the running grid in globals: two threads launching at once
+# read each other's programs (wrong values, or errors from inside Triton), so there
+# launches take turns. Compiled kernels launch from any thread as they come.
+_kernel_grid_guard = contextlib.nullcontext() if ON_GPU else threading.Lock()
 
 
 def _signature(args):
@@ -319,14 +322,9 @@ def launch(kernel, grid, *args, num_warps=4, num_stages=None, maxnreg=None, coop
         return  # under the interpreter: a fake implementation, which only shapes the outputs
     if maxnreg is not None:
         options["maxnreg"] = maxnreg
-    if not ON_GPU:
-        # Triton's interpreter keeps the running grid in globals: two threads launching at
-        # once read each other's programs (wrong values, or errors from inside Triton).
-        with _interpreter_lock:
+    if not _direct_launch:  # always so under the interpreter
+        with _kernel_grid_guard:
             kernel[grid](*args, **constexprs, **options)
-        return
-    if not _direct_launch:
-        kernel[grid](*args, **constexprs, **options)
         return
     key = (kernel, _signature(args), *constexprs.items(), num_warps, num_stages, maxnreg, cooperative)
     found = _compiled_kernels.get(key)

@@ -25,8 +25,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core.benchmarking import RESULTS_DIR
-from .routed import (COURSE_OPS, REFERENCE_OPS, LocalCausalAttention, Norm, RoutedBlock, feed_forward, merge_heads,
-                     split_heads)
+from .routed import (COURSE_OPS, REFERENCE_OPS, LocalCausalAttention, Norm, RoutedBlock, check_count, feed_forward,
+                     merge_heads, split_heads)
 from ..core.runtime import DEVICE
 
 IMPLS = ("course_lib", "reference", "colt5_attention")
@@ -63,18 +63,7 @@ def _check_task(op, task):
     if not isinstance(task, RecallTask):
         raise TypeError(f"{op}: task must be a RecallTask, got {type(task).__name__}")
     for name in RecallTask._fields:
-        value = getattr(task, name)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{op}: RecallTask.{name} must be an int, got {type(value).__name__}")
-        if value < 1:
-            raise ValueError(f"{op}: RecallTask.{name} must be at least 1, got {value}")
-
-
-def _check_count(op, name, value, least=1):
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{op}: {name} must be an int, got {type(value).__name__} {value!r}")
-    if value < least:
-        raise ValueError(f"{op}: {name} must be at least {least}, got {value}")
+        check_count(op, f"RecallTask.{name}", getattr(task, name))
 
 
 def recall_batch(task, batch, generator, device="cpu"):
@@ -87,7 +76,7 @@ def recall_batch(task, batch, generator, device="cpu"):
     """
     op = "recall_batch"
     _check_task(op, task)
-    _check_count(op, "batch", batch)
+    check_count(op, "batch", batch)
     if not isinstance(generator, torch.Generator):
         raise TypeError(f"{op}: generator must be a torch.Generator, got {type(generator).__name__}")
     n_noise, n_keys, n_pairs, seq_len = task.n_noise, task.n_keys, task.n_pairs, task.seq_len
@@ -292,10 +281,10 @@ def train_recall(impl, task=RecallTask(), *, steps=200, batch=32, lr=3e-3, seed=
     fresh batch of ``eval_batch`` sequences (``batch`` if None) after training.
     """
     op = "train_recall"
-    _check_count(op, "steps", steps, least=0)
-    _check_count(op, "batch", batch)
+    check_count(op, "steps", steps, least=0)
+    check_count(op, "batch", batch)
     if eval_batch is not None:
-        _check_count(op, "eval_batch", eval_batch)
+        check_count(op, "eval_batch", eval_batch)
     torch.manual_seed(seed)
     model = RecallModel(impl, task, **model_kwargs).to(device=device, dtype=dtype)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)

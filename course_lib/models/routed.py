@@ -78,11 +78,12 @@ REFERENCE_OPS = Ops(references.layernorm, references.weighted_sum, references.co
 # ----------------------------------------------------------------------------- checks
 
 
-def _check_positive_int(op, name, value):
+def check_count(op, name, value, least=1):
+    """A count of tokens, heads, steps...: a Python int of at least ``least``."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{op}: {name} must be an int, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{op}: {name} must be at least 1, got {value}")
+        raise TypeError(f"{op}: {name} must be an int, got {type(value).__name__} {value!r}")
+    if value < least:
+        raise ValueError(f"{op}: {name} must be at least {least}, got {value}")
 
 
 def _check_width_multiplier(op, name, mult, dim):
@@ -155,7 +156,7 @@ def check_fetch_k_ratio(op, fetch_k_ratio):
 
 
 def check_num_tokens(op, name, num_tokens, seq_len):
-    _check_positive_int(op, name, num_tokens)
+    check_count(op, name, num_tokens)
     if num_tokens > seq_len:
         raise ValueError(f"{op}: {name} = {num_tokens} is larger than the sequence ({seq_len} tokens); "
                          f"route at most {seq_len}")
@@ -214,7 +215,7 @@ def top_k_routing(s, num_tokens, mask=None, *, n_iters=20, fetch_k_ratio=9 / 8, 
     check_mask(op, mask, s)
     check_num_tokens(op, "num_tokens", num_tokens, s.shape[1])
     check_fetch_k_ratio(op, fetch_k_ratio)
-    _check_positive_int(op, "n_iters", n_iters)
+    check_count(op, "n_iters", n_iters)
     check_eps_schedule(op, eps, eps_init, eps_decay)
     check_flag(op, "straight_through", straight_through)
     check_flag(op, "sequence_order", sequence_order)
@@ -260,8 +261,8 @@ class CoordinateDescentRouter(nn.Module):
                  straight_through=True, ops=COURSE_OPS):
         super().__init__()
         op = "CoordinateDescentRouter"
-        _check_positive_int(op, "dim", dim)
-        _check_positive_int(op, "n_iters", n_iters)
+        check_count(op, "dim", dim)
+        check_count(op, "n_iters", n_iters)
         check_fetch_k_ratio(op, fetch_k_ratio)
         check_eps_schedule(op, eps, eps_init, eps_decay)
         check_flag(op, "straight_through", straight_through)
@@ -325,7 +326,7 @@ class RoutedFeedForward(nn.Module):
     def __init__(self, dim, *, num_heavy_tokens, light_ff_mult=0.5, heavy_ff_mult=4, router_kwargs=None,
                  ops=COURSE_OPS):
         super().__init__()
-        _check_positive_int("RoutedFeedForward", "num_heavy_tokens", num_heavy_tokens)
+        check_count("RoutedFeedForward", "num_heavy_tokens", num_heavy_tokens)
         _check_width_multiplier("RoutedFeedForward", "light_ff_mult", light_ff_mult, dim)
         _check_width_multiplier("RoutedFeedForward", "heavy_ff_mult", heavy_ff_mult, dim)
         self.num_heavy_tokens = num_heavy_tokens
@@ -413,7 +414,7 @@ class LocalCausalAttention(nn.Module):
     def __init__(self, dim, *, window_size=128, heads=8, dim_head=64, ops=COURSE_OPS):
         super().__init__()
         for name, value in (("dim", dim), ("window_size", window_size), ("heads", heads), ("dim_head", dim_head)):
-            _check_positive_int("LocalCausalAttention", name, value)
+            check_count("LocalCausalAttention", name, value)
         self.window_size, self.heads, self.ops = window_size, heads, ops
         self.norm = Norm(dim, ops)
         self.to_qkv = nn.Linear(dim, 3 * heads * dim_head, bias=False)
@@ -453,7 +454,7 @@ class RoutedAttention(nn.Module):
         super().__init__()
         for name, value in (("num_heavy_tokens", num_heavy_tokens), ("heavy_heads", heavy_heads),
                             ("heavy_dim_head", heavy_dim_head)):
-            _check_positive_int("RoutedAttention", name, value)
+            check_count("RoutedAttention", name, value)
         self.num_heavy_tokens, self.heavy_heads, self.ops = num_heavy_tokens, heavy_heads, ops
         self.light_attn = LocalCausalAttention(dim, window_size=light_window_size, heads=light_heads,
                                                dim_head=light_dim_head, ops=ops)
@@ -493,7 +494,7 @@ class RoutedBlock(nn.Module):
         op = "RoutedBlock"
         for name, value in (("dim", dim), ("num_heavy_tokens", num_heavy_tokens),
                             ("light_window_size", light_window_size), ("heads", heads), ("dim_head", dim_head)):
-            _check_positive_int(op, name, value)
+            check_count(op, name, value)
         check_ops(op, ops)
         check_router_kwargs(op, router_kwargs)
         self.dim = dim
