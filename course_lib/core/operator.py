@@ -67,8 +67,18 @@ class KernelOp(NamedTuple):
         return self.finish(self.inference(*inputs))
 
 
+def _leaves_needing_grad(inputs, positions):
+    """The inputs at ``positions`` that require grad and are computed from nothing else that
+    does: leaves, and, while AOTAutograd traces, the graph's inputs (their grad_fn is a
+    node of its own, with no edges)."""
+    return tuple(t for t in (inputs[i] for i in positions)
+                 if isinstance(t, torch.Tensor) and t.requires_grad
+                 and (t.grad_fn is None or not t.grad_fn.next_functions))
+
+
 def kernel_op(name, *, forward, backward, save, gradients, check, check_backward, differentiable, inference=None,
-              eager_backward=None, finish=lambda output: output, error_name=None, function_name=None):
+              eager_backward=None, finish=lambda output: output, error_name=None, function_name=None,
+              anchored=False):
     """The operators, autograd.Function and dispatch of one kernel (see the module's
     docstring). ``differentiable`` names the inputs that may need a gradient, with their
     positions; ``inference`` is a cheaper forward for calls that need no gradient (by
@@ -76,28 +86,41 @@ def kernel_op(name, *, forward, backward, save, gradients, check, check_backward
     calls, where it may skip what only an operator needs (a copy so outputs do not alias; by
     default ``backward``); ``error_name`` names the function in errors (by
     default ``name``); ``function_name`` names the autograd.Function (by default
-    ``<Name>Function``), as profiles and autograd's nodes show it."""
+    ``<Name>Function``), as profiles and autograd's nodes show it.
+
+    ``anchored``: ``backward`` takes ``anchor``, a tensor its kernels receive and never
+    read, for a backward that reads no input, only what the forward computed (softmax's
+    output). Before torch 2.13, AOTAutograd hands a compiled graph's first-order gradients
+    back detached, so that a gradient penalty silently loses its second-order terms, unless
+    its backward reads a graph input that requires grad; then it refuses the penalty. The
+    operator's backward passes the first input that is such a leaf as the anchor."""
     error_name = error_name or name
 
     def checked_forward(*inputs):
         check(*inputs)
         return forward(*inputs)
 
-    def checked_backward(*arguments):
-        check_backward(*arguments)
-        return backward(*arguments)
+    def checked_backward(*arguments, **anchor):
+        check_backward(*arguments, **anchor)
+        return backward(*arguments, **anchor)
 
     functools.update_wrapper(checked_forward, forward)
     functools.update_wrapper(checked_backward, backward)
     operator = kernel_operator(f"course_lib::{name}")(checked_forward)
     backward_operator = kernel_operator(f"course_lib::{name}_backward")(checked_backward)
 
-    def operator_gradients(ctx, grad, *_grads_of_state):  # the state outputs are never differentiated
-        return gradients(ctx, backward_operator, grad)
-
-    operator.register_autograd(operator_gradients, setup_context=save)
-
     positions = tuple(differentiable.values())
+
+    def operator_save(ctx, inputs, output):
+        save(ctx, inputs, output)
+        ctx.anchor = next(iter(_leaves_needing_grad(inputs, positions)), None) if anchored else None
+
+    def operator_gradients(ctx, grad, *_grads_of_state):  # the state outputs are never differentiated
+        if ctx.anchor is None:
+            return gradients(ctx, backward_operator, grad)
+        return gradients(ctx, functools.partial(backward_operator, anchor=ctx.anchor), grad)
+
+    operator.register_autograd(operator_gradients, setup_context=operator_save)
     eager_backward = eager_backward or backward
 
     class Function(torch.autograd.Function):
@@ -109,8 +132,7 @@ def kernel_op(name, *, forward, backward, save, gradients, check, check_backward
             # reach. Leaves only: autograd holds them anyway. An input computed by earlier
             # operations is saved or reached through the saved output; held here, it would
             # keep an activation (softmax's scores) alive until the backward.
-            ctx.leaves_needing_grad = tuple(t for t in (inputs[i] for i in positions)
-                                            if isinstance(t, torch.Tensor) and t.requires_grad and t.is_leaf)
+            ctx.leaves_needing_grad = _leaves_needing_grad(inputs, positions)
             return _first(output)
 
         @staticmethod

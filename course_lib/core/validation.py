@@ -92,6 +92,13 @@ def check_like(op, name, tensor, shape, like, *, dtype=None, contiguous=False):
         raise ValueError(f"{op}: {name} must be contiguous, as the forward wrote it; got strides {tensor.stride()}")
 
 
+def check_anchor(op, anchor, like):
+    """The ``anchor`` of an anchored backward operator (core.operator): a float tensor of any
+    shape on ``like``'s device, which its kernels take and never read."""
+    check_tensor(op, "anchor", anchor, min_ndim=0)
+    check_same_device(op, **{"the input": like, "anchor": anchor})
+
+
 def check_index_range(op, **sizes):
     """Sizes the kernels index with 32-bit integers must stay below 2**31."""
     for name, size in sizes.items():

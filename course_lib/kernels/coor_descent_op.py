@@ -94,7 +94,8 @@ from ..core.plans import TunedOn, warps_for
 from ..core.runtime import (ON_GPU, cdiv, is_cooperative_refusal, is_traced, launch, multiprocessor_count,
                             next_power_of_2, spin_waits_allowed)
 from ..core.split_rows import gather, publish, slots_block
-from ..core.validation import _names, check_index_range, check_like, check_same_device, check_tensor, on_device_of
+from ..core.validation import (_names, check_anchor, check_index_range, check_like, check_same_device, check_tensor,
+                               on_device_of)
 
 LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
 
@@ -325,6 +326,7 @@ def backward_tile(s_ptr, mask_ptr, dy_ptr, logk_ptr, a_ptr, row_max_ptr, row, co
 @triton.jit(do_not_specialize=["n_iters"])
 def coor_descent_backward_partials_kernel(
     s_ptr, mask_ptr, dy_ptr, logk_ptr, eps_ptr, exp2_scale_ptr, a_ptr, row_max_ptr, partials_ptr,
+    anchor_ptr,  # never read (see coor_descent_backward)
     n_cols, n_iters, logk_value,
     stride_s_row, stride_s_col, stride_mask_row, stride_mask_col, stride_dy_row, stride_dy_col,
     HAS_MASK: tl.constexpr, LOGK_PER_ROW: tl.constexpr, BLOCK: tl.constexpr,
@@ -359,6 +361,7 @@ def coor_descent_backward_partials_kernel(
 @triton.jit(do_not_specialize=["n_iters"])
 def coor_descent_backward_kernel(
     s_ptr, mask_ptr, dy_ptr, logk_ptr, eps_ptr, exp2_scale_ptr, a_ptr, row_max_ptr, sums_ptr, ds_ptr, dlogk_ptr,
+    anchor_ptr,  # never read (see coor_descent_backward)
     n_cols, n_iters, logk_value,
     stride_s_row, stride_s_col, stride_mask_row, stride_mask_col, stride_dy_row, stride_dy_col, stride_ds_row,
     HAS_MASK: tl.constexpr, LOGK_PER_ROW: tl.constexpr, SPLIT: tl.constexpr, BLOCK: tl.constexpr,
@@ -580,8 +583,10 @@ def coor_descent_forward(s2d, mask2d, logk, schedule, plan=None, shape=None):
     return y, a, row_max
 
 
-def coor_descent_backward(s2d, mask2d, logk, schedule, a, row_max, dy2d, plan=None):
-    """Launch the backward; return ds (rows, n) in s's dtype and dlogk (rows,) float32."""
+def coor_descent_backward(s2d, mask2d, logk, schedule, a, row_max, dy2d, plan=None, anchor=None):
+    """Launch the backward; return ds (rows, n) in s's dtype and dlogk (rows,) float32.
+    ``anchor``, a tensor the kernels take and never read, is for torch.compile
+    (core.operator's ``anchored``): s itself, where the kernels' s2d is a view of it."""
     n_rows, n_cols = s2d.shape
     n_iters = schedule.n_iters
     ds = torch.empty((n_rows, n_cols), device=s2d.device, dtype=s2d.dtype)
@@ -598,18 +603,19 @@ def coor_descent_backward(s2d, mask2d, logk, schedule, a, row_max, dy2d, plan=No
     common = dict(HAS_MASK=mask2d is not None, LOGK_PER_ROW=per_row, BLOCK=plan.block, num_warps=plan.num_warps,
                   maxnreg=BACKWARD_MAX_REGISTERS)
     grid = (n_rows, plan.tiles)
+    anchor = s2d if anchor is None else anchor
     with on_device_of(s2d):
         if split:
             partials = torch.empty((n_rows, n_iters, plan.tiles), device=s2d.device, dtype=torch.float64)
             launch(coor_descent_backward_partials_kernel, grid,
-                s2d, mask2d, dy2d, logk_tensor, schedule.eps, schedule.exp2_scale, a, row_max, partials,
+                s2d, mask2d, dy2d, logk_tensor, schedule.eps, schedule.exp2_scale, a, row_max, partials, anchor,
                 n_cols, n_iters, logk_value, *s2d.stride(), *mask_strides, *dy2d.stride(), **common,
             )
             sums = partials.sum(dim=-1)  # in a fixed order: the same sums on every run
         else:
             sums = None  # whole rows compute their own sums
         launch(coor_descent_backward_kernel, grid,
-            s2d, mask2d, dy2d, logk_tensor, schedule.eps, schedule.exp2_scale, a, row_max, sums, ds, dlogk,
+            s2d, mask2d, dy2d, logk_tensor, schedule.eps, schedule.exp2_scale, a, row_max, sums, ds, dlogk, anchor,
             n_cols, n_iters, logk_value, *s2d.stride(), *mask_strides, *dy2d.stride(), ds.stride(0),
             SPLIT=split, **common,
         )
@@ -666,11 +672,12 @@ def _forward_op(
 def _backward_op(
     s: torch.Tensor, mask: Optional[torch.Tensor], logk: Optional[torch.Tensor], logk_value: float, n_iters: int,
     eps: float, eps_init: Optional[float], eps_decay: float, a: torch.Tensor, row_max: torch.Tensor, dy: torch.Tensor,
+    anchor: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     s2d, mask2d = _as_rows(s, mask)
     schedule = _schedule_for(s, n_iters, eps, eps_init, eps_decay)
     ds, dlogk = coor_descent_backward(s2d, mask2d, logk_value if logk is None else logk, schedule, a, row_max,
-                                      dy.reshape(s2d.shape))
+                                      dy.reshape(s2d.shape), anchor=anchor)
     return ds.reshape(s.shape), dlogk
 
 
@@ -727,8 +734,10 @@ def _check_operator_inputs(s, mask, logk, logk_value, n_iters, eps, eps_init, ep
         raise ValueError(f"{op}: logk_value must be log k with {_k_range(s.shape[-1])}, got {logk_value!r}")
 
 
-def _check_backward(s, mask, logk, logk_value, n_iters, eps, eps_init, eps_decay, a, row_max, dy):
+def _check_backward(s, mask, logk, logk_value, n_iters, eps, eps_init, eps_decay, a, row_max, dy, anchor=None):
     op = "coor_descent_backward"
+    if anchor is not None:
+        check_anchor(op, anchor, s)
     _check_operator_inputs(s, mask, logk, logk_value, n_iters, eps, eps_init, eps_decay, op=op)
     rows = s.numel() // s.shape[-1]
     check_like(op, "a", a, (rows, n_iters), s, dtype=torch.float64, contiguous=True)
@@ -738,7 +747,7 @@ def _check_backward(s, mask, logk, logk_value, n_iters, eps, eps_init, eps_decay
 
 COOR_DESCENT = kernel_op(
     "coor_descent", forward=_forward_op, backward=_backward_op, save=_save_for_backward, gradients=_gradients,
-    check=_check_operator_inputs, check_backward=_check_backward, differentiable={"s": 0, "k": 2},
+    check=_check_operator_inputs, check_backward=_check_backward, differentiable={"s": 0, "k": 2}, anchored=True,
 )
 
 

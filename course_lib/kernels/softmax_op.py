@@ -19,6 +19,7 @@ and ``causal_softmax``.
 """
 
 import functools
+from typing import Optional
 
 import torch
 import triton
@@ -27,7 +28,8 @@ import triton.language as tl
 from ..core.operator import kernel_op
 from ..core.plans import LaunchPlan, TunedOn, warps_for
 from ..core.runtime import cdiv, launch, multiprocessor_count, next_power_of_2
-from ..core.validation import INT32_LIMIT, check_index_range, check_like, check_tensor, on_device_of
+from ..core.validation import (INT32_LIMIT, check_anchor, check_index_range, check_like, check_tensor,
+                               on_device_of)
 
 # Causal loads fetch keys up to the diagonal rounded up to this many columns: a load
 # mask that is constant over aligned groups of 16 lets Triton issue 16-byte vector
@@ -160,7 +162,7 @@ def softmax_forward_kernel(
 
 @triton.jit
 def softmax_backward_kernel(
-    y_ptr, grad_y_ptr, grad_x_ptr,
+    y_ptr, grad_y_ptr, grad_x_ptr, anchor_ptr,  # anchor: never read (see softmax_backward)
     n_rows, rows_per_matrix, n_cols, diagonal,
     stride_y_row, stride_grad_y_matrix, stride_grad_y_row, stride_grad_y_col, stride_grad_x_row,
     CAUSAL: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
@@ -243,7 +245,7 @@ def softmax_forward_looped_kernel(
 
 @triton.jit
 def softmax_backward_looped_kernel(
-    y_ptr, grad_y_ptr, grad_x_ptr,
+    y_ptr, grad_y_ptr, grad_x_ptr, anchor_ptr,  # anchor: never read (see softmax_backward)
     n_rows, rows_per_matrix, n_cols, diagonal,
     stride_y_row, stride_grad_y_matrix, stride_grad_y_row, stride_grad_y_col, stride_grad_x_row,
     CAUSAL: tl.constexpr, BLOCK_COLS: tl.constexpr,
@@ -418,9 +420,10 @@ def softmax_forward(x, causal, tiles=None, diagonal=0):
     return y
 
 
-def softmax_backward(y, grad_y, causal, tiles=None, diagonal=0):
+def softmax_backward(y, grad_y, causal, tiles=None, diagonal=0, anchor=None):
     """Launch a backward kernel: grad_x from the forward's output y and grad_y (any
-    strides), with the forward's ``causal`` and ``diagonal``."""
+    strides), with the forward's ``causal`` and ``diagonal``. ``anchor``, a tensor the
+    kernels take and never read, is for torch.compile (core.operator's ``anchored``)."""
     if y.numel() == 0:
         return torch.empty(y.shape, device=y.device, dtype=y.dtype)
     grad_y3d, (n_matrices, rows_per_matrix, n_cols), grad_y_strides = _as_matrices(grad_y)
@@ -431,16 +434,17 @@ def softmax_backward(y, grad_y, causal, tiles=None, diagonal=0):
     grad_x = torch.empty(y.shape, device=y.device, dtype=y.dtype)
     grad_x2d = _as_rows(grad_x, n_rows, n_cols)
     strides = (y2d.stride(0), *grad_y_strides, grad_x2d.stride(0))
+    anchor = y2d if anchor is None else anchor
     with on_device_of(y):
         if block_cols >= n_cols:
             launch(softmax_backward_kernel, (cdiv(n_rows, block_rows),),
-                y2d, grad_y3d, grad_x2d, n_rows, rows_per_matrix, n_cols, diagonal, *strides,
+                y2d, grad_y3d, grad_x2d, anchor, n_rows, rows_per_matrix, n_cols, diagonal, *strides,
                 CAUSAL=causal, BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, num_warps=num_warps,
             )
         else:
             assert block_rows == 1, "the looped kernels work on one row at a time"
             launch(softmax_backward_looped_kernel, looped_grid(n_rows, n_cols),
-                y2d, grad_y3d, grad_x2d, n_rows, rows_per_matrix, n_cols, diagonal, *strides,
+                y2d, grad_y3d, grad_x2d, anchor, n_rows, rows_per_matrix, n_cols, diagonal, *strides,
                 CAUSAL=causal, BLOCK_COLS=block_cols, num_warps=num_warps,
             )
     return grad_x
@@ -455,8 +459,9 @@ def _forward(x: torch.Tensor, causal: bool, diagonal: int) -> torch.Tensor:
     return softmax_forward(x, causal, diagonal=diagonal)
 
 
-def _backward(y: torch.Tensor, grad_y: torch.Tensor, causal: bool, diagonal: int) -> torch.Tensor:
-    return softmax_backward(y, grad_y, causal, diagonal=diagonal)
+def _backward(y: torch.Tensor, grad_y: torch.Tensor, causal: bool, diagonal: int,
+              anchor: Optional[torch.Tensor] = None) -> torch.Tensor:
+    return softmax_backward(y, grad_y, causal, diagonal=diagonal, anchor=anchor)
 
 
 def _save_output(ctx, inputs, output):
@@ -483,8 +488,10 @@ def _check_diagonal_range(op, x, causal, diagonal):
                          f"got {diagonal} (causal_softmax clamps any diagonal to that range)")
 
 
-def _check_backward(y, grad_y, causal, diagonal):
+def _check_backward(y, grad_y, causal, diagonal, anchor=None):
     op = "softmax_backward"
+    if anchor is not None:
+        check_anchor(op, anchor, y)
     _check_input(op, y, causal, diagonal, name="y")
     _check_diagonal_range(op, y, causal, diagonal)
     if not y.is_contiguous():  # the backward kernels read y as the forward wrote it, row-major
@@ -494,7 +501,7 @@ def _check_backward(y, grad_y, causal, diagonal):
 
 SOFTMAX = kernel_op(
     "softmax", forward=_forward, backward=_backward, save=_save_output, gradients=_gradients,
-    check=_check_operator_input, check_backward=_check_backward, differentiable={"x": 0},
+    check=_check_operator_input, check_backward=_check_backward, differentiable={"x": 0}, anchored=True,
 )
 
 

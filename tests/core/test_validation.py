@@ -194,22 +194,18 @@ def test_rejects_too_few_dimensions(op, fn, make):
 
 
 # Before torch 2.13, AOTAutograd hands back the first-order gradients of a compiled
-# graph detached when its backward reads no tensor that requires grad: the softmax's
-# reads only its output y and dy. On a GPU, where the operators' kernels are traced into
-# the graph, coordinate descent's come back detached too (seen with torch 2.11). There a
-# gradient penalty would lose its second-order terms without a word; the README warns
-# of it. From 2.13 AOTAutograd refuses it.
-TORCH_VERSION = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
-DETACHED_WHEN_COMPILED = (
-    {"softmax", "causal_softmax"} | ({"coor_descent"} if ON_GPU else set()) if TORCH_VERSION < (2, 13) else set()
-)
+# graph detached when its backward reads no graph input that requires grad, and a
+# gradient penalty then loses its second-order terms without a word. The softmax's
+# backward reads only its output y and dy, and coordinate descent's a view of s; their
+# operators are "anchored" (core.operator): the backward's kernels also take the input
+# itself, unread, so AOTAutograd sees one and refuses the penalty.
 
 
 @pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
 def test_second_order_gradients_raise_under_torch_compile_too(op, fn, make):
     # Compiled, the public functions are custom operators whose backward is another
     # operator: AOTAutograd refuses the gradient penalty with its own error, which is
-    # fine; what must never happen unannounced is a penalty without its second-order terms.
+    # fine; what must never happen is a penalty without its second-order terms.
     torch._dynamo.reset()
     inputs = inputs_of(make)
     leaves = [t.requires_grad_() for t in differentiable(inputs)]
@@ -217,12 +213,45 @@ def test_second_order_gradients_raise_under_torch_compile_too(op, fn, make):
     compiled = torch.compile(lambda **kwargs: target(**kwargs), fullgraph=True, backend="aot_eager")
     y = compiled(**inputs)
     first = torch.autograd.grad(y, leaves, torch.randn_like(y), create_graph=True)
-    if op in DETACHED_WHEN_COMPILED:  # the known exception above, as it stands: detached, visibly
-        assert not any(g.requires_grad for g in first)
-        return
     penalty = sum((g.float() ** 2).sum() for g in first)
     with pytest.raises(RuntimeError, match="does not currently support double backward|second-order gradients"):
         (y.float().sum() + penalty).backward()
+
+
+TORCH_VERSION = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
+
+
+def test_a_compiled_region_that_reads_none_of_its_inputs_backward_is_detached_before_torch_2_13():
+    # What the anchor cannot reach: the softmax's input is computed inside the region, and
+    # nothing else saves one of the region's inputs. The README names it; torch 2.13 raises.
+    torch._dynamo.reset()
+    x = torch.randn(3, 7, device=DEVICE, requires_grad=True)
+    y = torch.compile(lambda x: softmax(x * 2), fullgraph=True, backend="aot_eager")(x)
+    (first,) = torch.autograd.grad(y, x, torch.randn_like(y), create_graph=True)
+    if TORCH_VERSION < (2, 13):
+        assert not first.requires_grad  # detached, visibly
+    else:
+        with pytest.raises(RuntimeError, match="does not currently support double backward"):
+            (y.sum() + (first ** 2).sum()).backward()
+
+
+@pytest.mark.parametrize("op", ["softmax", "coor_descent"])
+def test_an_anchored_backward_operator_checks_its_anchor(op):
+    y, dy = torch.rand(3, 5, device=DEVICE), torch.randn(3, 5, device=DEVICE)
+    if op == "softmax":
+        call = lambda anchor: torch.ops.course_lib.softmax_backward(y, dy, False, 0, anchor=anchor)
+    else:
+        a, row_max = torch.zeros(3, 2, device=DEVICE, dtype=torch.float64), torch.ones(3, device=DEVICE)
+        call = lambda anchor: torch.ops.course_lib.coor_descent_backward(
+            y, None, None, 0.0, 2, 0.1, None, 1.0, a, row_max, dy, anchor=anchor)
+    expected = call(None)
+    for got, want in zip(torch.utils._pytree.tree_leaves(call(torch.randn(7, device=DEVICE))),
+                         torch.utils._pytree.tree_leaves(expected)):
+        assert torch.equal(got, want)  # never read: an anchor of any shape changes nothing
+    with pytest.raises(ValueError, match=rf"{op}_backward: .*anchor is on meta"):
+        call(torch.randn(3, device="meta"))
+    with pytest.raises(TypeError, match=rf"{op}_backward: anchor has dtype torch.int32"):
+        call(torch.zeros(3, device=DEVICE, dtype=torch.int32))
 
 
 # Outputs are ordinary tensors, in any number of leading dimensions: ``y += residual``
