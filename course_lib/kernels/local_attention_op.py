@@ -225,9 +225,10 @@ def tiles_for(table, head_dim):
 
 def _heads_last(like):
     """An empty (b, h, n, d) tensor laid out as (b, n, h, d): merging the heads of the
-    output (or of its gradients) back into tokens is then a view, not a copy."""
+    output (or of its gradients) back into tokens is then a view, not a copy. A tensor of
+    its own, not a view: an operator may return it, and a caller may change it in place."""
     b, h, n, d = like.shape
-    return torch.empty((b, n, h, d), device=like.device, dtype=like.dtype).transpose(1, 2)
+    return torch.empty_strided((b, h, n, d), (n * h * d, d, h * d, 1), device=like.device, dtype=like.dtype)
 
 
 def _options(q, tiles):
@@ -298,33 +299,27 @@ def local_attention_backward(grad_out, q, k, v, out, lse, window, q_tiles=None, 
 
 # -------------------------------------------------------------------- custom operator
 # One unit for torch.compile and for eager autograd (core.operator; weighted_sum_op.py
-# says how the paths differ). An operator's output may not be a view, so the forward
-# returns the heads-last tensor itself, (b, n, h, d), and the callers see it transposed
-# to (b, h, n, d) outside the operator and the autograd.Function: a view made there is
-# one autograd lets a caller modify in place (``out += residual``).
+# says how the paths differ). The output and the gradients are (b, h, n, d) tensors laid
+# out heads-last (_heads_last), tensors of their own, which an operator may return.
 
 
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int) -> tuple[torch.Tensor, torch.Tensor]:
-    b, h, n, d = q.shape
-    out = torch.empty((b, n, h, d), device=q.device, dtype=q.dtype)  # a tensor of its own, not a view
-    _, lse = local_attention_forward(q, k, v, window, out=out.transpose(1, 2))
-    return out, lse
+    return local_attention_forward(q, k, v, window)
 
 
 def _backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
               lse: torch.Tensor, window: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    grads = local_attention_backward(grad_out, q, k, v, out, lse, window)
-    return tuple(g.transpose(1, 2).contiguous() for g in grads)
+    return local_attention_backward(grad_out, q, k, v, out, lse, window)
 
 
 def _save_for_backward(ctx, inputs, output):
     q, k, v, window = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, lse)
     ctx.window = window
-    # Saved, out would make `out += residual` an autograd error (eager and traced alike),
-    # where torch's attention allows it. A detached alias (no grad_fn: no reference
-    # cycle) shares out's version counter, so the backward sees such a change instead.
+    ctx.save_for_backward(q, k, v, lse)
+    # Saved, out would make `out += residual` an autograd error, where torch's attention
+    # allows it eagerly. A detached alias (no grad_fn: no reference cycle) shares out's
+    # version counter, so the backward sees such a change instead.
     ctx.out, ctx.out_version = out.detach(), out._version
 
 
@@ -340,12 +335,7 @@ def _saved_out(ctx, q, k, v):
 def _gradients(ctx, backward, grad_out):
     q, k, v, lse = ctx.saved_tensors
     out = _saved_out(ctx, q, k, v)
-    grads = backward(grad_out.transpose(1, 2), q, k, v, out.transpose(1, 2), lse, ctx.window)
-    return (*(g.transpose(1, 2) for g in grads), None)
-
-
-def _inference(q, k, v, window):
-    return local_attention_forward(q, k, v, window)[0].transpose(1, 2)  # (b, n, h, d), no copy
+    return (*backward(grad_out, q, k, v, out, lse, ctx.window), None)
 
 
 def _check_backward(grad_out, q, k, v, out, lse, window):
@@ -361,7 +351,7 @@ LOCAL_ATTENTION = kernel_op(
     "local_attention", forward=_forward, backward=_backward, save=_save_for_backward, gradients=_gradients,
     check=lambda q, k, v, window: _check_inputs("local_causal_attention", q, k, v, window),
     check_backward=_check_backward,
-    differentiable={"q": 0, "k": 1, "v": 2}, inference=_inference, finish=lambda out: out.transpose(1, 2),
+    differentiable={"q": 0, "k": 1, "v": 2},
     error_name="local_causal_attention",
 )
 

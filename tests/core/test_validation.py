@@ -268,6 +268,33 @@ LEADING_DIMS = {  # every public function, its first argument with two leading d
 }
 
 
+@pytest.mark.parametrize("op, fn, make", CASES + [
+    ("local_causal_attention", _local_attention, lambda: {name: torch.randn(1, 2, 7, 8) for name in "qkv"}),
+], ids=IDS + ["local_causal_attention"])
+def test_a_compiled_output_changed_in_place_gives_the_right_gradients_or_an_error(op, fn, make):
+    # Compiled, the backward must never read a changed output as the forward's: it gives
+    # eager's gradients, or autograd refuses as it does for torch's own compiled functions.
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    inputs = inputs_of(make)
+    leaves = [t.requires_grad_() for t in differentiable(inputs)]
+    target = LayerNorm(7, device=DEVICE) if op == "LayerNorm" else fn
+    y = target(**inputs)
+    y += 1.0
+    grad_y = torch.randn_like(y)
+    expected = torch.autograd.grad(y.square(), leaves, grad_y) if op not in SAVES_ITS_OUTPUT else None
+    y = torch.compile(lambda **kwargs: target(**kwargs), fullgraph=True, backend="aot_eager")(**inputs)
+    y += 1.0
+    try:
+        got = torch.autograd.grad(y.square(), leaves, grad_y)
+    except RuntimeError as error:
+        assert "modified by an inplace operation" in str(error)
+        return
+    assert expected is not None, f"{op}: its backward reads its output, changed in place, and did not refuse"
+    for g, want in zip(got, expected):
+        torch.testing.assert_close(g, want)
+
+
 @pytest.mark.parametrize("op, fn, make", [(op, fn, LEADING_DIMS[op]) for op, fn, _ in CASES], ids=IDS)
 def test_outputs_may_be_changed_in_place(op, fn, make):
     torch.manual_seed(0)

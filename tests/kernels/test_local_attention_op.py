@@ -167,7 +167,7 @@ def test_operators_pass_opcheck():
     out, lse = torch.ops.course_lib.local_attention(q.detach(), k.detach(), v.detach(), 8)
     grad_out = torch.randn_like(out)
     torch.library.opcheck(torch.ops.course_lib.local_attention_backward.default,
-                          (grad_out.transpose(1, 2), q.detach(), k.detach(), v.detach(), out.transpose(1, 2), lse, 8))
+                          (grad_out, q.detach(), k.detach(), v.detach(), out, lse, 8))
 
 
 def test_a_window_of_any_size_is_plain_causal_attention():
@@ -184,6 +184,8 @@ def test_the_output_is_a_tensor_of_its_own():
     with or without a gradient (the tests below check the gradients)."""
     q, k, v = (torch.randn(1, 2, 10, 16, device=DEVICE) for _ in range(3))
     out = local_causal_attention(q, k, v, 4)
+    assert out._base is None  # laid out heads-last, (b, n, h, d), but not a view of such a tensor
+    assert out.transpose(1, 2).is_contiguous()
     out += 1.0
     torch.testing.assert_close(out, references.local_causal_attention(q, k, v, 4) + 1.0)
     q.requires_grad_()
