@@ -36,7 +36,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from .runtime import kernel_operator
-from .validation import first_order_only, wants_gradient
+from .validation import first_order_only, held_for_first_order_only, wants_gradient
 
 
 def _first(output):
@@ -67,13 +67,13 @@ class KernelOp(NamedTuple):
         return self.finish(self.inference(*inputs))
 
 
-def _leaves_needing_grad(inputs, positions):
-    """The inputs at ``positions`` that require grad and are computed from nothing else that
-    does: leaves, and, while AOTAutograd traces, the graph's inputs (their grad_fn is a
-    node of its own, with no edges)."""
-    return tuple(t for t in (inputs[i] for i in positions)
+def _graph_input_needing_grad(inputs, positions):
+    """The first input at ``positions`` that requires grad and is computed from nothing else
+    that does: a leaf, or, while AOTAutograd traces, one of the graph's inputs (its grad_fn
+    is a node of its own, with no edges). None if there is none."""
+    return next((t for t in (inputs[i] for i in positions)
                  if isinstance(t, torch.Tensor) and t.requires_grad
-                 and (t.grad_fn is None or not t.grad_fn.next_functions))
+                 and (t.grad_fn is None or not t.grad_fn.next_functions)), None)
 
 
 def kernel_op(name, *, forward, backward, save, gradients, check, check_backward, differentiable, inference=None,
@@ -113,7 +113,7 @@ def kernel_op(name, *, forward, backward, save, gradients, check, check_backward
 
     def operator_save(ctx, inputs, output):
         save(ctx, inputs, output)
-        ctx.anchor = next(iter(_leaves_needing_grad(inputs, positions)), None) if anchored else None
+        ctx.anchor = _graph_input_needing_grad(inputs, positions) if anchored else None
 
     def operator_gradients(ctx, grad, *_grads_of_state):  # the state outputs are never differentiated
         if ctx.anchor is None:
@@ -128,11 +128,7 @@ def kernel_op(name, *, forward, backward, save, gradients, check, check_backward
         def forward(ctx, *inputs):
             output = forward(*inputs)
             save(ctx, inputs, output)
-            # For first_order_only, whose error a gradient of a gradient toward any input must
-            # reach. Leaves only: autograd holds them anyway. An input computed by earlier
-            # operations is saved or reached through the saved output; held here, it would
-            # keep an activation (softmax's scores) alive until the backward.
-            ctx.leaves_needing_grad = _leaves_needing_grad(inputs, positions)
+            ctx.inputs_needing_grad = held_for_first_order_only(*(inputs[i] for i in positions))
             return _first(output)
 
         @staticmethod

@@ -149,7 +149,7 @@ def first_order_only(op):
             # The error node also takes the saved tensors that lead back to the inputs, so
             # that a gradient of these gradients toward a chosen input (autograd.grad(g, x))
             # reaches it and raises, rather than finding x unused and returning None.
-            anchors = [t for t in (*ctx.saved_tensors, *getattr(ctx, "leaves_needing_grad", ()))
+            anchors = [t for t in (*ctx.saved_tensors, *getattr(ctx, "inputs_needing_grad", ()))
                        if isinstance(t, torch.Tensor) and t.requires_grad]
             failing = torch._C._functions.DelayedError(message, len(tensors) + len(anchors))(
                 *(g.detach().requires_grad_() for g in tensors), *anchors
@@ -160,6 +160,17 @@ def first_order_only(op):
         return wrapper
 
     return decorate
+
+
+def held_for_first_order_only(*inputs):
+    """What a Function's forward keeps as ``ctx.inputs_needing_grad`` for first_order_only,
+    whose error a gradient of a gradient toward any input must reach: the inputs that
+    require grad and are leaves (autograd holds them anyway) or vectors (γ, β, a weight:
+    small). Not a computed activation, which would stay alive until the backward: the
+    functions reach those through what they save (the input itself, or the output,
+    whose node leads back to it)."""
+    return tuple(t for t in inputs
+                 if isinstance(t, torch.Tensor) and t.requires_grad and (t.is_leaf or t.ndim <= 1))
 
 
 def on_device_of(tensor):

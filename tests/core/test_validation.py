@@ -87,6 +87,13 @@ def test_refuses_forward_mode_tangents_instead_of_dropping_them(op, fn, make, re
                 fn(**inputs)
 
 
+def test_the_stable_layernorm_refuses_forward_mode_tangents_too():
+    with forward_ad.dual_level():
+        x = forward_ad.make_dual(torch.randn(5, 7, device=DEVICE), torch.randn(5, 7, device=DEVICE))
+        with pytest.raises(NotImplementedError, match="layernorm: x carries a forward-mode tangent"):
+            layernorm(x, None, stable=True)
+
+
 @pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
 def test_plain_tensors_inside_a_dual_level_still_work(op, fn, make):
     inputs = inputs_of(make)
@@ -133,6 +140,29 @@ def test_a_gradient_of_a_gradient_toward_each_input_raises_naming_the_function(o
     for leaf in leaves:
         with pytest.raises(RuntimeError, match=f"{backward_of}: second-order gradients are not supported"):
             torch.autograd.grad((first.float() ** 2).sum(), leaf, allow_unused=True)
+
+
+def _stable_layernorm(x, gamma, beta):
+    return layernorm(x, gamma, beta, stable=True)
+
+
+@pytest.mark.parametrize("op, fn, make", CASES + [
+    ("layernorm", _stable_layernorm, CASES[IDS.index("layernorm")][2]),
+    ("local_causal_attention", _local_attention, lambda: {name: torch.randn(1, 2, 7, 8) for name in "qkv"}),
+], ids=IDS + ["layernorm-stable", "local_causal_attention"])
+def test_a_gradient_of_a_gradient_toward_what_an_input_was_computed_from_raises(op, fn, make):
+    """Each input computed from a leaf of its own (an adaptive LayerNorm's β from a
+    condition): the error must reach those leaves too, never a None or a result that
+    leaves out the second-order terms."""
+    inputs = inputs_of(make)
+    sources = {name: t.requires_grad_() for name, t in inputs.items() if t.is_floating_point()}
+    computed = {name: (sources[name] * 2.0 if name in sources else t) for name, t in inputs.items()}
+    y = fn(**computed)
+    first = torch.autograd.grad(y, computed[next(iter(sources))], torch.randn_like(y), create_graph=True)[0]
+    backward_of = {"causal_softmax": "softmax", "LayerNorm": "layernorm"}.get(op, op)
+    for name, source in sources.items():
+        with pytest.raises(RuntimeError, match=f"{backward_of}: second-order gradients are not supported"):
+            torch.autograd.grad((first.float() ** 2).sum(), source, allow_unused=True)
 
 
 @pytest.mark.parametrize("op, fn, make", CASES[:4], ids=IDS[:4])

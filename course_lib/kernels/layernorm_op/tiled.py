@@ -41,7 +41,8 @@ from ...core.operator import kernel_op
 from ...core.rows import as_rows, known_multiple_of, shaped_like, sum_partial_rows, width_hint
 from ...core.runtime import cdiv, is_cooperative_refusal, launch, multiprocessor_count
 from ...core.validation import (FLOAT_DTYPES, INT32_LIMIT, check_index_range, check_like, check_same_device,
-                                check_tensor, first_order_only, on_device_of)
+                                check_tensor, first_order_only, held_for_first_order_only, on_device_of,
+                                wants_gradient)
 
 # ---------------------------------------------------------------------------- kernels
 
@@ -348,6 +349,7 @@ class StableLayerNormFunction(torch.autograd.Function):
         z, row_max = _divided_by_row_max(x)
         y, mean, rstd = layernorm_op(z, gamma, beta, eps)
         ctx.save_for_backward(x, gamma, row_max, mean, rstd)
+        ctx.inputs_needing_grad = held_for_first_order_only(x, gamma, beta)
         ctx.has_beta, ctx.eps, ctx.param_dtype = beta is not None, eps, _param_dtype(x, gamma, beta)
         return y.to(x.dtype)
 
@@ -440,6 +442,7 @@ def _layernorm(op, names, x, gamma, beta, eps, stable):
         z = _divided_by_row_max(x)[0] if stable else x
         return layernorm_op(z, gamma, beta, eps)[0].to(x.dtype)
     if stable:
+        wants_gradient(op, ("x", *names), (x, gamma, beta))  # refuses forward-mode tangents, naming them
         return StableLayerNormFunction.apply(x, gamma, beta, eps)
     return LAYERNORM(x, gamma, beta, eps, error_name=op, input_names=("x", *names))
 
