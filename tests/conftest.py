@@ -126,3 +126,23 @@ def assert_compiled_refuses(fn, *inputs, error, match):
     torch._dynamo.reset()
     with pytest.raises(Exception, match=match):
         torch.compile(fn, backend="aot_eager", fullgraph=True)(*inputs)
+
+
+def far_apart(values, tmp_path):
+    """``values`` (1-D, float32) as a view whose stride fits in 32 bits but whose last
+    element lies past 2**31 elements: an index times the stride overflows 32-bit
+    arithmetic. Under the interpreter the storage is a file with holes (no memory used);
+    on a GPU 8.6 GB of its memory."""
+    n = values.numel()
+    stride = 2**31 // (n - 1) + 1
+    size = (n - 1) * stride + 1
+    if ON_GPU:
+        storage = torch.zeros(size, device=DEVICE)
+    else:
+        path = tmp_path / "far_apart.bin"
+        with open(path, "wb") as file:
+            file.truncate(size * 4)
+        storage = torch.from_file(str(path), shared=True, size=size, dtype=torch.float32)
+    view = storage.as_strided((n,), (stride,))
+    view.copy_(values)
+    return view

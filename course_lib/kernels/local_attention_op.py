@@ -61,7 +61,8 @@ def _dot(a, b, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr):
 def _load_rows(ptr, b, h, rows, dims, stride_b, stride_h, stride_n, stride_d, n, HEAD_DIM: tl.constexpr):
     """The (rows, dims) tile of head (b, h) of a (batch, heads, n, head_dim) tensor, 0
     past n and past HEAD_DIM (so padded rows and dims add nothing to a product)."""
-    offsets = b * stride_b + h * stride_h + rows[:, None].to(tl.int64) * stride_n + dims[None, :] * stride_d
+    offsets = (b * stride_b + h * stride_h + rows[:, None].to(tl.int64) * stride_n
+               + dims.to(tl.int64)[None, :] * stride_d)
     return tl.load(ptr + offsets, mask=(rows < n)[:, None] & (dims < HEAD_DIM)[None, :], other=0.0)
 
 

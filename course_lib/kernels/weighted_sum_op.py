@@ -36,7 +36,7 @@ def weighted_tile(x_row_ptrs, weight_ptr, cols, n_cols, row_mask, stride_x_col, 
         other=0.0,
         eviction_policy=X_EVICTION,
     )
-    w = tl.load(weight_ptr + cols * stride_weight, mask=col_mask, other=0.0)
+    w = tl.load(weight_ptr + cols.to(tl.int64) * stride_weight, mask=col_mask, other=0.0)
     return x.to(tl.float32) * w.to(tl.float32)[None, :]
 
 
@@ -103,7 +103,7 @@ def weighted_sum_backward_kernel(
     col_mask = cols < n_cols
     col_offsets_x = cols[None, :].to(tl.int64) * stride_x_col
     col_offsets_grad_x = cols[None, :].to(tl.int64) * stride_grad_x_col
-    w = tl.load(weight_ptr + cols * stride_weight, mask=col_mask, other=0.0).to(tl.float32)
+    w = tl.load(weight_ptr + cols.to(tl.int64) * stride_weight, mask=col_mask, other=0.0).to(tl.float32)
 
     acc = tl.zeros((BLOCK_ROWS, BLOCK_COLS), dtype=tl.float32)
     first_row = row_group * rows_per_program

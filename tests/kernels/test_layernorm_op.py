@@ -5,7 +5,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from conftest import (COMPILE_MODES, DTYPES, TOLERANCES, assert_compiled_refuses, assert_compiles_whole, assert_matches,
-                      gpu_only, poison_cached_memory)
+                      far_apart, gpu_only, poison_cached_memory)
 from course_lib.core import references
 from course_lib.kernels.layernorm_op import tiled as layernorm_module
 from course_lib.kernels.layernorm_op.tiled import LayerNorm, layernorm, layernorm_forward
@@ -664,3 +664,20 @@ def test_backward_operator_keeps_the_gradients_in_gammas_dtype():
     y, mean, rstd = torch.ops.course_lib.layernorm(x, gamma, gamma, 1e-5)
     with pytest.raises(TypeError, match=r"layernorm_backward: param_dtype must be gamma's dtype, torch.float32"):
         torch.ops.course_lib.layernorm_backward(torch.randn_like(y), x, gamma, True, mean, rstd, torch.float16)
+
+
+@pytest.mark.parametrize("stable", [False, True])
+def test_parameters_whose_last_element_lies_past_2_31_elements(tmp_path, stable):
+    # The kernels index γ and β in 64 bits: their strides fit in 32, index × stride does not.
+    x = torch.randn(3, 8, device=DEVICE, requires_grad=True)
+    gamma = far_apart(torch.randn(8), tmp_path).requires_grad_()
+    beta = torch.randn(8, device=DEVICE).requires_grad_()
+    y = layernorm(x, gamma, beta, stable=stable)
+    x64, gamma64 = x.detach().double().requires_grad_(), gamma.detach().double().requires_grad_()
+    expected = references.layernorm(x64, gamma64, beta.detach().double(), 1e-5, stable=stable)
+    assert_matches(y, expected, torch.float32)
+    grad_y = torch.randn_like(y)
+    y.backward(grad_y)
+    expected.backward(grad_y.double())
+    assert_matches(x.grad, x64.grad, torch.float32, length=8, what="grad_x")
+    assert_matches(gamma.grad, gamma64.grad, torch.float32, length=3, what="grad_gamma")

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from conftest import COMPILE_MODES, DTYPES, assert_compiled_refuses, assert_compiles_whole, assert_matches
+from conftest import COMPILE_MODES, DTYPES, assert_compiled_refuses, assert_compiles_whole, assert_matches, far_apart
 from course_lib.core import references
 from course_lib.kernels import local_attention_op as la
 from course_lib.core.plans import LaunchPlan
@@ -295,3 +295,12 @@ def test_compiles_with_dynamic_shapes_and_a_window_taken_from_them():
     for n in (9, 13):
         q = torch.randn(1, 2, n, 16, device=DEVICE)
         torch.testing.assert_close(compiled(q), local_causal_attention(q, q, q, n))
+
+
+def test_a_head_dim_whose_stride_times_its_index_passes_2_31(tmp_path):
+    # The kernels index head_dim in 64 bits: the stride fits in 32, index × stride does not.
+    values = far_apart(torch.randn(8), tmp_path)
+    q = values.as_strided((1, 1, 3, 8), (0, 0, 0, values.stride(0)))  # three rows, one storage
+    k, v = (torch.randn(1, 1, 3, 8, device=DEVICE) for _ in range(2))
+    expected = references.local_causal_attention(q.double(), k.double(), v.double(), 2)
+    assert_matches(local_causal_attention(q, k, v, 2), expected, torch.float32, length=4)

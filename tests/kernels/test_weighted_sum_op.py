@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from conftest import (COMPILE_MODES, DTYPES, assert_compiled_refuses, assert_compiles_whole, assert_matches, gpu_only,
-                      poison_cached_memory)
+                      far_apart, poison_cached_memory)
 from course_lib.core import references
 from course_lib import weighted_sum
 from course_lib.core.runtime import DEVICE, pick
@@ -207,3 +207,14 @@ def test_an_infinity_times_a_zero_weight_is_nan_as_in_torch():
     weight = torch.tensor([0.0, 1.0], device=DEVICE)
     got = weighted_sum(x, weight)
     assert got[0].isnan() and got[2].isnan() and got[1] == 3.0
+
+
+def test_a_weight_whose_last_element_lies_past_2_31_elements(tmp_path):
+    # The kernels index the weight in 64 bits: its stride fits in 32, index × stride does not.
+    x = torch.randn(3, 8, device=DEVICE, requires_grad=True)
+    weight = far_apart(torch.randn(8), tmp_path).requires_grad_()
+    y = weighted_sum(x, weight)
+    assert_matches(y, references.weighted_sum(x.detach().double(), weight.detach().double()), torch.float32)
+    grad_y = torch.randn_like(y)
+    y.backward(grad_y)
+    assert_matches(x.grad, grad_y.double()[:, None] * weight.detach().double(), torch.float32, what="grad_x")

@@ -85,9 +85,9 @@ def layernorm_forward_kernel(
 
     y = centred * rstd[:, None]
     if HAS_GAMMA:
-        y *= tl.load(gamma_ptr + cols * stride_gamma, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+        y *= tl.load(gamma_ptr + cols.to(tl.int64) * stride_gamma, mask=col_mask, other=0.0).to(tl.float32)[None, :]
     if HAS_BETA:
-        y += tl.load(beta_ptr + cols * stride_beta, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+        y += tl.load(beta_ptr + cols.to(tl.int64) * stride_beta, mask=col_mask, other=0.0).to(tl.float32)[None, :]
     tl.store(y_ptr + rows64[:, None] * stride_y_row + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
     if SAVE_STATS:
         tl.store(mean_ptr + rows, mean, mask=row_mask)
@@ -117,7 +117,7 @@ def layernorm_backward_kernel(
     cols, col_mask, col_offsets_x, col_offsets_grad_y = column_block(
         0, n_cols, stride_x_col, stride_grad_y_col, BLOCK_COLS)
     if HAS_GAMMA:
-        gamma = tl.load(gamma_ptr + cols * stride_gamma, mask=col_mask, other=0.0).to(tl.float32)
+        gamma = tl.load(gamma_ptr + cols.to(tl.int64) * stride_gamma, mask=col_mask, other=0.0).to(tl.float32)
     grad_gamma_acc = tl.zeros((BLOCK_ROWS, BLOCK_COLS), dtype=tl.float32)
     grad_beta_acc = tl.zeros((BLOCK_ROWS, BLOCK_COLS), dtype=tl.float32)
 

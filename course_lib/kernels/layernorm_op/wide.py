@@ -87,9 +87,9 @@ def layernorm_forward_looped_kernel(
         x = tl.load(x_row_ptrs + cols[None, :].to(tl.int64) * stride_x_col, mask=mask, other=0.0).to(tl.float32)
         y = xhat_of(x, mean, rstd, mask)
         if HAS_GAMMA:
-            y *= tl.load(gamma_ptr + cols * stride_gamma, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+            y *= tl.load(gamma_ptr + cols.to(tl.int64) * stride_gamma, mask=col_mask, other=0.0).to(tl.float32)[None, :]
         if HAS_BETA:
-            y += tl.load(beta_ptr + cols * stride_beta, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+            y += tl.load(beta_ptr + cols.to(tl.int64) * stride_beta, mask=col_mask, other=0.0).to(tl.float32)[None, :]
         tl.store(y_ptr + rows64[:, None] * stride_y_row + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
     if SAVE_STATS:
         tl.store(mean_ptr + rows, mean, mask=row_mask)
@@ -144,7 +144,7 @@ def layernorm_backward_split_rows_kernel(
     cols, col_mask, col_offsets_x, col_offsets_grad_y = column_block(
         tile, n_cols, stride_x_col, stride_grad_y_col, BLOCK_COLS)
     if HAS_GAMMA:
-        gamma = tl.load(gamma_ptr + cols * stride_gamma, mask=col_mask, other=0.0).to(tl.float32)
+        gamma = tl.load(gamma_ptr + cols.to(tl.int64) * stride_gamma, mask=col_mask, other=0.0).to(tl.float32)
     grad_gamma_acc = tl.zeros((1, BLOCK_COLS), dtype=tl.float32)
     grad_beta_acc = tl.zeros((1, BLOCK_COLS), dtype=tl.float32)
 
@@ -205,7 +205,7 @@ def layernorm_backward_partials_kernel(
     cols, col_mask, col_offsets_x, col_offsets_grad_y = column_block(
         col_block, n_cols, stride_x_col, stride_grad_y_col, BLOCK_COLS)
     if HAS_GAMMA:
-        gamma = tl.load(gamma_ptr + cols * stride_gamma, mask=col_mask, other=0.0).to(tl.float32)
+        gamma = tl.load(gamma_ptr + cols.to(tl.int64) * stride_gamma, mask=col_mask, other=0.0).to(tl.float32)
     grad_gamma_acc = tl.zeros((BLOCK_ROWS, BLOCK_COLS), dtype=tl.float32)
     grad_beta_acc = tl.zeros((BLOCK_ROWS, BLOCK_COLS), dtype=tl.float32)
 
@@ -274,7 +274,7 @@ def layernorm_backward_dx_kernel(
             grad_y_row_ptrs + cols[None, :].to(tl.int64) * stride_grad_y_col, mask=mask, other=0.0
         ).to(tl.float32)
         if HAS_GAMMA:
-            gamma = tl.load(gamma_ptr + cols * stride_gamma, mask=col_mask, other=0.0).to(tl.float32)
+            gamma = tl.load(gamma_ptr + cols.to(tl.int64) * stride_gamma, mask=col_mask, other=0.0).to(tl.float32)
         weighted_grad = grad_y * gamma[None, :] if HAS_GAMMA else grad_y
         grad_x = grad_x_of(weighted_grad, xhat_of(x, mean, rstd, mask), rstd, c1, c2)
         tl.store(grad_x_ptr + rows64[:, None] * stride_grad_x_row + cols[None, :],
