@@ -49,6 +49,15 @@ def check_tensor(op, name, tensor, *, dtypes=FLOAT_DTYPES, min_ndim=1):
         )
     if tensor.dtype not in dtypes:
         raise TypeError(f"{op}: {name} has dtype {tensor.dtype}; accepted: {_names(dtypes)}")
+    # Bits that change what the memory means without changing it: a kernel reads the memory.
+    # (Traced, torch.compile materializes them itself, and cannot trace these queries.)
+    if not torch.compiler.is_compiling():
+        if tensor.is_neg():
+            raise ValueError(f"{op}: {name} is a lazily negated view (its is_neg() bit is set, as after "
+                             f".conj().imag); pass {name}.resolve_neg()")
+        if tensor._is_zerotensor():
+            raise ValueError(f"{op}: {name} is a zero tensor without memory (torch._efficientzerotensor); "
+                             f"pass torch.zeros_like({name})")
     if tensor.ndim < min_ndim:
         raise ValueError(
             f"{op}: {name} must have at least {min_ndim} dimension(s), got shape {tuple(tensor.shape)}"
@@ -141,6 +150,9 @@ def first_order_only(op):
     def decorate(backward):
         @functools.wraps(backward)
         def wrapper(ctx, *grad_outputs):
+            # An incoming gradient may be a lazily negated view (its is_neg() bit set): the
+            # kernels read its memory, so the negation is applied first (free when unset).
+            grad_outputs = tuple(g.resolve_neg() if isinstance(g, torch.Tensor) else g for g in grad_outputs)
             if not torch.is_grad_enabled():  # create_graph=False: nothing records the gradients
                 return backward(ctx, *grad_outputs)
             with torch.no_grad():

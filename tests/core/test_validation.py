@@ -211,6 +211,40 @@ def test_rejects_tensors_on_another_device_naming_the_argument(op, fn, make):
             fn(**inputs)
 
 
+def lazily_negated(tensor):
+    """``-tensor`` as a view whose is_neg() bit is set: memory holding ``tensor``."""
+    as_complex = torch.complex(torch.zeros_like(tensor.float()), tensor.float()).conj()
+    return as_complex.imag.to(tensor.dtype) if tensor.dtype != torch.float32 else as_complex.imag
+
+
+@pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
+def test_rejects_lazily_negated_and_zero_tensors_naming_the_argument(op, fn, make):
+    for name, inputs in each_argument(make):
+        if not inputs[name].is_floating_point() or inputs[name].dtype != torch.float32:
+            continue
+        inputs[name] = lazily_negated(inputs[name])
+        assert inputs[name].is_neg()
+        with pytest.raises(ValueError, match=rf"{op}: {name} is a lazily negated view .*{name}.resolve_neg\(\)"):
+            fn(**inputs)
+    for name, inputs in each_argument(make):
+        inputs[name] = torch._efficientzerotensor(inputs[name].shape, dtype=inputs[name].dtype, device=DEVICE)
+        with pytest.raises(ValueError, match=rf"{op}: {name} is a zero tensor without memory"):
+            fn(**inputs)
+
+
+@pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
+def test_a_lazily_negated_incoming_gradient_is_read_as_its_values(op, fn, make):
+    inputs = inputs_of(make)
+    leaves = [t.requires_grad_() for t in differentiable(inputs)]
+    y = fn(**inputs)
+    grad_y = torch.randn_like(y)
+    expected = torch.autograd.grad(fn(**inputs), leaves, grad_y)
+    negated = lazily_negated(-grad_y)
+    assert negated.is_neg() and torch.equal(negated, grad_y)
+    for got, want in zip(torch.autograd.grad(y, leaves, negated), expected):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
 def test_rejects_too_few_dimensions(op, fn, make):
     inputs = inputs_of(make)
