@@ -383,13 +383,13 @@ def _as_rows(y, n_rows, n_cols):
     return y if y.ndim == 2 else y.view(n_rows, n_cols)
 
 
-def _check_index_headroom(n_rows, n_cols, block_rows, block_cols):
+def _check_index_headroom(n_rows, n_cols, block_rows, block_cols, causal):
     """Kernels count rows and columns in 32 bits, up to one tile past the end."""
     for name, size, tile in (("rows", n_rows, block_rows), ("columns", n_cols, block_cols)):
         if size > INT32_LIMIT - tile:
             raise ValueError(
-                f"softmax: {size} {name} are too many for 32-bit indices with tiles of "
-                f"{block_rows} x {block_cols}; at most {INT32_LIMIT - tile}"
+                f"{'causal_softmax' if causal else 'softmax'}: {size} {name} are too many for 32-bit indices "
+                f"with tiles of {block_rows} x {block_cols}; at most {INT32_LIMIT - tile}"
             )
 
 
@@ -401,7 +401,7 @@ def softmax_forward(x, causal, tiles=None, diagonal=0):
     x3d, (n_matrices, rows_per_matrix, n_cols), x_strides = _as_matrices(x)
     n_rows = n_matrices * rows_per_matrix
     block_rows, block_cols, num_warps, _ = tiles or forward_tiles(int(n_cols), x.element_size())
-    _check_index_headroom(n_rows, n_cols, block_rows, block_cols)
+    _check_index_headroom(n_rows, n_cols, block_rows, block_cols, causal)
     y = torch.empty(x.shape, device=x.device, dtype=x.dtype)
     y2d = _as_rows(y, n_rows, n_cols)
     strides = (*x_strides, y2d.stride(0))
@@ -429,7 +429,7 @@ def softmax_backward(y, grad_y, causal, tiles=None, diagonal=0, anchor=None):
     grad_y3d, (n_matrices, rows_per_matrix, n_cols), grad_y_strides = _as_matrices(grad_y)
     n_rows = n_matrices * rows_per_matrix
     block_rows, block_cols, num_warps, _ = tiles or backward_tiles(int(n_cols), y.element_size(), causal=causal)
-    _check_index_headroom(n_rows, n_cols, block_rows, block_cols)
+    _check_index_headroom(n_rows, n_cols, block_rows, block_cols, causal)
     y2d = _as_rows(y, n_rows, n_cols)  # the forward wrote y row-major
     grad_x = torch.empty(y.shape, device=y.device, dtype=y.dtype)
     grad_x2d = _as_rows(grad_x, n_rows, n_cols)

@@ -432,6 +432,8 @@ def test_rejects_too_many_rows_or_columns():
         softmax(no_memory.expand(2**31 - 8, 1))
     with pytest.raises(ValueError, match="2147483640 columns are too many for 32-bit indices"):
         softmax(no_memory.expand(1, 2**31 - 8))
+    with pytest.raises(ValueError, match="^causal_softmax: 2147483640 rows are too many for 32-bit indices"):
+        causal_softmax(no_memory.expand(2**31 - 8, 1, 1))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
