@@ -228,6 +228,9 @@ class RecallModel(nn.Module):
                  dim_head=16, router_kwargs=None, colt5_queries_per_window=None, architecture="routed"):
         super().__init__()
         _check_task("RecallModel", task)
+        if architecture == "routed" and isinstance(num_heavy_tokens, int) and num_heavy_tokens > task.seq_len:
+            raise ValueError(f"RecallModel: num_heavy_tokens ({num_heavy_tokens}) must be at most the task's "
+                             f"seq_len ({task.seq_len}): a routed block picks them among its tokens")
         self.seq_len = task.seq_len
         self.token_embedding = nn.Embedding(task.vocab, dim)
         self.position_embedding = nn.Embedding(task.seq_len, dim)
@@ -244,8 +247,8 @@ class RecallModel(nn.Module):
     def forward(self, tokens):
         """tokens: (batch, n) integers below the task's vocab, n at most its seq_len (the
         values are not read back to be checked: that would wait for the GPU every step)."""
-        if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.is_floating_point():
-            raise ValueError(f"RecallModel: tokens must be an integer tensor (batch, n), got "
+        if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"RecallModel: tokens must be an int64 or int32 tensor (batch, n), got "
                              f"{tokens.dtype if isinstance(tokens, torch.Tensor) else type(tokens).__name__} "
                              f"{tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else ''}")
         if tokens.shape[1] > self.seq_len:
@@ -285,6 +288,8 @@ def train_recall(impl, task=RecallTask(), *, steps=200, batch=32, lr=3e-3, seed=
     check_count(op, "batch", batch)
     if eval_batch is not None:
         check_count(op, "eval_batch", eval_batch)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise TypeError(f"{op}: seed must be an int from 0 to 2**63 - 1, got {type(seed).__name__} {seed!r}")
     torch.manual_seed(seed)
     model = RecallModel(impl, task, **model_kwargs).to(device=device, dtype=dtype)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)

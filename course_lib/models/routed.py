@@ -121,6 +121,9 @@ def check_mask(op, mask, x):
                         f"{mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__}")
     if tuple(mask.shape) != tuple(x.shape[:2]):
         raise ValueError(f"{op}: mask must have shape (batch, seq) = {tuple(x.shape[:2])}, got {tuple(mask.shape)}")
+    if mask.device != x.device:
+        raise ValueError(f"{op}: mask is on {mask.device} but the tokens are on {x.device}; "
+                         "put them on the same device")
 
 
 def check_router_kwargs(op, router_kwargs):
@@ -213,6 +216,7 @@ def top_k_routing(s, num_tokens, mask=None, *, n_iters=20, fetch_k_ratio=9 / 8, 
     if s.ndim != 2:
         raise ValueError(f"{op}: s must be router scores of shape (batch, n), got {tuple(s.shape)}")
     check_mask(op, mask, s)
+    check_ops(op, ops)
     check_num_tokens(op, "num_tokens", num_tokens, s.shape[1])
     check_fetch_k_ratio(op, fetch_k_ratio)
     check_count(op, "n_iters", n_iters)

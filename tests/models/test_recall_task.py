@@ -70,8 +70,11 @@ SMALL_TASK = RecallTask(seq_len=32, n_pairs=2)
      "RecallModel: RecallTask.seq_len must be at least 1, got 0"),
     (lambda g: train_recall("reference", SMALL_TASK, steps=-1), ValueError, "train_recall: steps must be at least 0"),
     (lambda g: train_recall("reference", SMALL_TASK, batch=0), ValueError, "train_recall: batch must be at least 1"),
+    (lambda g: train_recall("reference", SMALL_TASK, seed=1.5), TypeError, "train_recall: seed must be an int"),
+    (lambda g: RecallModel("reference", SMALL_TASK, num_heavy_tokens=100), ValueError,
+     r"RecallModel: num_heavy_tokens \(100\) must be at most the task's seq_len \(32\)"),
 ], ids=["negative batch", "float batch", "bool batch", "tuple task", "int generator", "no sequence", "negative steps",
-        "empty batch"])
+        "empty batch", "float seed", "more heavy tokens than tokens"])
 def test_task_helpers_refuse_bad_arguments_naming_them(call, error, match):
     with pytest.raises(error, match=match):
         call(torch.Generator().manual_seed(0))
@@ -81,5 +84,6 @@ def test_model_refuses_tokens_it_has_no_embedding_for():
     model = RecallModel("reference", SMALL_TASK, dim=16, num_heavy_tokens=4, light_window_size=4, heads=2, dim_head=8)
     with pytest.raises(ValueError, match=r"tokens hold 40 positions, more than the task's seq_len \(32\)"):
         model(torch.zeros(1, 40, dtype=torch.long))
-    with pytest.raises(ValueError, match="tokens must be an integer tensor"):
-        model(torch.zeros(1, 4))
+    for dtype in (torch.float32, torch.bool, torch.uint8, torch.complex64):
+        with pytest.raises(ValueError, match=f"tokens must be an int64 or int32 tensor \\(batch, n\\), got {dtype}"):
+            model(torch.zeros(1, 4, dtype=dtype))

@@ -454,7 +454,11 @@ def test_the_routed_attention_as_a_whole_sees_later_tokens():
     (lambda s: routed.top_k_routing(s, 2, fetch_k_ratio=float("nan")), ValueError, "fetch_k_ratio must be a finite"),
     (lambda s: routed.top_k_routing(s, 2, mask=torch.ones(2, 9, dtype=torch.bool, device=DEVICE)), ValueError,
      r"mask must have shape \(batch, seq\) = \(2, 10\), got \(2, 9\)"),
-], ids=["1-D", "3-D", "list", "too many", "float count", "none", "ratio below 1", "ratio NaN", "mask shape"])
+    (lambda s: routed.top_k_routing(s, 2, mask=torch.ones(2, 10, dtype=torch.bool, device="meta")), ValueError,
+     "mask is on meta but the tokens are on"),
+    (lambda s: routed.top_k_routing(s, 2, ops="x"), TypeError, "ops must be COURSE_OPS or REFERENCE_OPS"),
+], ids=["1-D", "3-D", "list", "too many", "float count", "none", "ratio below 1", "ratio NaN", "mask shape",
+        "mask device", "ops"])
 def test_top_k_routing_refuses_bad_arguments_naming_them(call, error, match):
     with pytest.raises(error, match=f"top_k_routing: {match}"):
         call(torch.randn(2, 10, device=DEVICE))
