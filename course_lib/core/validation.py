@@ -5,6 +5,7 @@ import functools
 
 import torch
 from torch.autograd import forward_ad
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from .runtime import DEVICE, ON_GPU, describe
 
@@ -14,6 +15,9 @@ INT32_LIMIT = 2**31 - 1  # kernels index rows and columns with 32-bit integers
 
 def _names(dtypes):
     return ", ".join(str(d).replace("torch.", "") for d in dtypes)
+
+
+PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
 
 
 def check_tensor(op, name, tensor, *, dtypes=FLOAT_DTYPES, min_ndim=1):
@@ -52,6 +56,9 @@ def check_tensor(op, name, tensor, *, dtypes=FLOAT_DTYPES, min_ndim=1):
     # Bits that change what the memory means without changing it: a kernel reads the memory.
     # (Traced, torch.compile materializes them itself, and cannot trace these queries.)
     if not torch.compiler.is_compiling():
+        if type(tensor) not in PLAIN_TENSOR_TYPES and is_traceable_wrapper_subclass(tensor):
+            raise TypeError(f"{op}: {name} is a {type(tensor).__name__}, a tensor subclass that wraps others, "
+                            f"whose memory the kernels cannot read; pass a plain torch.Tensor")
         if tensor.is_neg():
             raise ValueError(f"{op}: {name} is a lazily negated view (its is_neg() bit is set, as after "
                              f".conj().imag); pass {name}.resolve_neg()")

@@ -233,6 +233,15 @@ def test_rejects_lazily_negated_and_zero_tensors_naming_the_argument(op, fn, mak
 
 
 @pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
+def test_rejects_wrapper_subclasses_naming_the_argument(op, fn, make):
+    from torch.testing._internal.two_tensor import TwoTensor
+    for name, inputs in each_argument(make):
+        inputs[name] = TwoTensor(inputs[name], inputs[name].clone())
+        with pytest.raises(TypeError, match=rf"{op}: {name} is a TwoTensor, a tensor subclass that wraps others"):
+            fn(**inputs)
+
+
+@pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
 def test_a_lazily_negated_incoming_gradient_is_read_as_its_values(op, fn, make):
     inputs = inputs_of(make)
     leaves = [t.requires_grad_() for t in differentiable(inputs)]
