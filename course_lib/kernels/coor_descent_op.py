@@ -533,8 +533,9 @@ def coor_descent_forward(s2d, mask2d, logk, schedule, plan=None, shape=None):
     """
     n_rows, n_cols = s2d.shape
     n_iters = schedule.n_iters
+    # The kernel gets y itself (row-major: row r at r * n_cols), not a view of its rows:
+    # traced by torch.compile, a view written by a kernel would make the output a view.
     y = torch.empty(shape or (n_rows, n_cols), device=s2d.device, dtype=s2d.dtype)
-    y_rows = y.view(n_rows, n_cols)
     a = torch.empty((n_rows, n_iters), device=s2d.device, dtype=torch.float64)
     row_max = torch.empty(n_rows, device=s2d.device, dtype=torch.float32)
     if n_rows == 0:
@@ -557,9 +558,9 @@ def coor_descent_forward(s2d, mask2d, logk, schedule, plan=None, shape=None):
 
     def launch_steps(row_programs, first_step, last_step, cooperative=False):
         launch(coor_descent_forward_kernel, (row_programs, plan.tiles),
-            s2d, mask2d, logk_tensor, schedule.eps, a, row_max, y_rows, slots,
+            s2d, mask2d, logk_tensor, schedule.eps, a, row_max, y, slots,
             n_rows, n_cols, n_iters, logk_value, first_step, last_step,
-            *s2d.stride(), *mask_strides, y_rows.stride(0),
+            *s2d.stride(), *mask_strides, n_cols,
             HAS_MASK=mask2d is not None, LOGK_PER_ROW=per_row, SPLIT=split,
             BLOCK=plan.block, TILES_BLOCK=slots_block(plan.tiles, plan.num_warps), num_warps=plan.num_warps,
             cooperative=cooperative,

@@ -378,10 +378,6 @@ def _as_matrices(x):
     return x3d, x3d.shape, x3d.stride()
 
 
-def _as_rows(y, n_rows, n_cols):
-    """y, written row-major by a kernel of this module, as (n_rows, n_cols): a view, or y itself."""
-    return y if y.ndim == 2 else y.view(n_rows, n_cols)
-
 
 def _check_index_headroom(n_rows, n_cols, block_rows, block_cols, causal):
     """Kernels count rows and columns in 32 bits, up to one tile past the end."""
@@ -402,19 +398,21 @@ def softmax_forward(x, causal, tiles=None, diagonal=0):
     n_rows = n_matrices * rows_per_matrix
     block_rows, block_cols, num_warps, _ = tiles or forward_tiles(int(n_cols), x.element_size())
     _check_index_headroom(n_rows, n_cols, block_rows, block_cols, causal)
+    # The kernels get y itself (row-major: row r at r * n_cols), not a view of its rows:
+    # traced by torch.compile, a view written by a kernel would make the output a view,
+    # which a caller could not change in place.
     y = torch.empty(x.shape, device=x.device, dtype=x.dtype)
-    y2d = _as_rows(y, n_rows, n_cols)
-    strides = (*x_strides, y2d.stride(0))
+    strides = (*x_strides, n_cols)
     with on_device_of(x):
         if block_cols >= n_cols:
             launch(softmax_forward_kernel, (cdiv(n_rows, block_rows),),
-                x3d, y2d, n_rows, rows_per_matrix, n_cols, diagonal, *strides,
+                x3d, y, n_rows, rows_per_matrix, n_cols, diagonal, *strides,
                 CAUSAL=causal, BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, num_warps=num_warps,
             )
         else:
             assert block_rows == 1, "the looped kernels work on one row at a time"
             launch(softmax_forward_looped_kernel, looped_grid(n_rows, n_cols),
-                x3d, y2d, n_rows, rows_per_matrix, n_cols, diagonal, *strides,
+                x3d, y, n_rows, rows_per_matrix, n_cols, diagonal, *strides,
                 CAUSAL=causal, BLOCK_COLS=block_cols, num_warps=num_warps,
             )
     return y
@@ -430,21 +428,21 @@ def softmax_backward(y, grad_y, causal, tiles=None, diagonal=0, anchor=None):
     n_rows = n_matrices * rows_per_matrix
     block_rows, block_cols, num_warps, _ = tiles or backward_tiles(int(n_cols), y.element_size(), causal=causal)
     _check_index_headroom(n_rows, n_cols, block_rows, block_cols, causal)
-    y2d = _as_rows(y, n_rows, n_cols)  # the forward wrote y row-major
+    # y, as the forward wrote it, and grad_x are row-major: row r at r * n_cols. Passed
+    # whole, as the forward passes y.
     grad_x = torch.empty(y.shape, device=y.device, dtype=y.dtype)
-    grad_x2d = _as_rows(grad_x, n_rows, n_cols)
-    strides = (y2d.stride(0), *grad_y_strides, grad_x2d.stride(0))
-    anchor = y2d if anchor is None else anchor
+    strides = (n_cols, *grad_y_strides, n_cols)
+    anchor = y if anchor is None else anchor
     with on_device_of(y):
         if block_cols >= n_cols:
             launch(softmax_backward_kernel, (cdiv(n_rows, block_rows),),
-                y2d, grad_y3d, grad_x2d, anchor, n_rows, rows_per_matrix, n_cols, diagonal, *strides,
+                y, grad_y3d, grad_x, anchor, n_rows, rows_per_matrix, n_cols, diagonal, *strides,
                 CAUSAL=causal, BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, num_warps=num_warps,
             )
         else:
             assert block_rows == 1, "the looped kernels work on one row at a time"
             launch(softmax_backward_looped_kernel, looped_grid(n_rows, n_cols),
-                y2d, grad_y3d, grad_x2d, anchor, n_rows, rows_per_matrix, n_cols, diagonal, *strides,
+                y, grad_y3d, grad_x, anchor, n_rows, rows_per_matrix, n_cols, diagonal, *strides,
                 CAUSAL=causal, BLOCK_COLS=block_cols, num_warps=num_warps,
             )
     return grad_x

@@ -195,11 +195,12 @@ def weighted_sum_forward(x, weight, tiles=None):
     """Launch the forward kernel; ``tiles``, a LaunchPlan, overrides forward_tiles'."""
     x2d = as_rows(x)
     n_rows, n_cols = x2d.shape
-    # In x.shape[:-1], not a view of a row of sums: a caller may change y in place.
+    # In x.shape[:-1], not a view of a row of sums: a caller may change y in place. The
+    # kernel gets y itself (contiguous: row r at r), not a view: traced by torch.compile,
+    # a view written by the kernel would make the output a view, which may not be.
     y = torch.empty(x.shape[:-1], device=x.device, dtype=x.dtype)
     if n_rows == 0:
         return y
-    y1d = y.view(n_rows)
     vec = vector_width(x2d)
     block_rows, block_cols, num_warps, num_stages = tiles or forward_tiles(
         int(n_cols), x.element_size(), wide_loads=vec * x.element_size() == 16
@@ -207,9 +208,9 @@ def weighted_sum_forward(x, weight, tiles=None):
     grid = (cdiv(n_rows, block_rows),)
     with on_device_of(x):
         launch(weighted_sum_forward_kernel, grid,
-            x2d, weight, y1d,
+            x2d, weight, y,
             n_rows, n_cols,
-            x2d.stride(0), x2d.stride(1), weight.stride(0), y1d.stride(0),
+            x2d.stride(0), x2d.stride(1), weight.stride(0), 1,
             BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, NUM_STAGES=num_stages, WHOLE_ROWS=block_cols >= n_cols,
             VEC=width_hint(x2d, vec=vec), num_warps=num_warps,
         )
