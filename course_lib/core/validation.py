@@ -140,6 +140,20 @@ def wants_gradient(op, names, tensors):
     return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
 
 
+def _readable_gradient(op, grad):
+    """An incoming gradient as memory the kernels can read: a lazily negated view (is_neg())
+    resolved (free when the bit is unset), a zero tensor without memory made real zeros; a
+    tensor subclass that wraps others refused, naming the function."""
+    if not isinstance(grad, torch.Tensor):
+        return grad
+    if type(grad) not in PLAIN_TENSOR_TYPES and is_traceable_wrapper_subclass(grad):
+        raise TypeError(f"{op}: the gradient flowing into its backward is a {type(grad).__name__}, a tensor "
+                        "subclass that wraps others, whose memory the kernels cannot read; pass a plain torch.Tensor")
+    if grad._is_zerotensor():
+        return torch.zeros(grad.shape, device=grad.device, dtype=grad.dtype)
+    return grad.resolve_neg()
+
+
 def first_order_only(op):
     """Decorate an autograd.Function's backward whose gradients are not themselves
     differentiable (they come from kernels, not from torch operations).
@@ -157,9 +171,7 @@ def first_order_only(op):
     def decorate(backward):
         @functools.wraps(backward)
         def wrapper(ctx, *grad_outputs):
-            # An incoming gradient may be a lazily negated view (its is_neg() bit set): the
-            # kernels read its memory, so the negation is applied first (free when unset).
-            grad_outputs = tuple(g.resolve_neg() if isinstance(g, torch.Tensor) else g for g in grad_outputs)
+            grad_outputs = tuple(_readable_gradient(op, g) for g in grad_outputs)
             if not torch.is_grad_enabled():  # create_graph=False: nothing records the gradients
                 return backward(ctx, *grad_outputs)
             with torch.no_grad():
