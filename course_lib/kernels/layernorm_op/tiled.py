@@ -26,6 +26,7 @@ It is not in the kernels: LayerNorm of z is the plain kernels' work, the divisio
 the gradient's path through m are PyTorch's (StableLayerNormFunction).
 """
 
+import functools
 import numbers
 from typing import NamedTuple, Optional
 
@@ -370,6 +371,24 @@ class StableLayerNormFunction(torch.autograd.Function):
         return grad_x.to(x.dtype), _present(grad_gamma), _present(grad_beta), None
 
 
+@functools.cache
+def _stable_function(op):
+    """StableLayerNormFunction as ``op`` (layernorm, LayerNorm) calls it: its second-order
+    error names op."""
+    if op == "layernorm":
+        return StableLayerNormFunction
+    undecorated = StableLayerNormFunction.backward.__wrapped__
+
+    class Named(StableLayerNormFunction):
+        @staticmethod
+        @first_order_only(op)
+        def backward(ctx, grad_y):
+            return undecorated(ctx, grad_y)
+
+    Named.__name__ = Named.__qualname__ = StableLayerNormFunction.__name__
+    return Named
+
+
 # ------------------------------------------------------------------------------ public
 
 
@@ -443,7 +462,7 @@ def _layernorm(op, names, x, gamma, beta, eps, stable):
         return layernorm_op(z, gamma, beta, eps)[0].to(x.dtype)
     if stable:
         wants_gradient(op, ("x", *names), (x, gamma, beta))  # refuses forward-mode tangents, naming them
-        return StableLayerNormFunction.apply(x, gamma, beta, eps)
+        return _stable_function(op).apply(x, gamma, beta, eps)
     return LAYERNORM(x, gamma, beta, eps, error_name=op, input_names=("x", *names))
 
 
