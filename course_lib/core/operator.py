@@ -36,7 +36,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from .runtime import kernel_operator
-from .validation import first_order_only, held_for_first_order_only, wants_gradient
+from .validation import first_order_only, first_order_only_as, held_for_first_order_only, wants_gradient
 
 
 def _first(output):
@@ -49,7 +49,6 @@ class KernelOp(NamedTuple):
     operator: Callable
     backward_operator: Callable
     Function: type
-    function_named: Callable  # error_name -> a Function whose second-order error names that caller
     differentiable: dict  # input name -> position, for wants_gradient's checks and messages
     inference: Callable  # the forward's first output, when nothing is differentiated
     finish: Callable  # applied to the first output on every path (a transpose, a cast)
@@ -64,7 +63,8 @@ class KernelOp(NamedTuple):
             return self.finish(_first(self.operator(*inputs)))
         tensors = [inputs[i] for i in self.differentiable.values()]
         if wants_gradient(error_name or self.error_name, input_names or self.differentiable, tensors):
-            function = self.Function if error_name is None else self.function_named(error_name)
+            function = self.Function if error_name in (None, self.error_name) else first_order_only_as(
+                self.Function, error_name)
             return self.finish(function.apply(*inputs))
         return self.finish(self.inference(*inputs))
 
@@ -140,24 +140,7 @@ def kernel_op(name, *, forward, backward, save, gradients, check, check_backward
 
     Function.__name__ = Function.__qualname__ = (
         function_name or "".join(part.title() for part in name.split("_")) + "Function")
-
-    @functools.cache
-    def function_named(caller):
-        """Function as another public caller of the operator (causal_softmax, LayerNorm) calls it."""
-        if caller == error_name:
-            return Function
-
-        class Named(Function):
-            @staticmethod
-            @first_order_only(caller)
-            def backward(ctx, grad):
-                return gradients(ctx, eager_backward, grad)
-
-        Named.__name__ = Named.__qualname__ = Function.__name__  # as profiles and autograd's nodes show it
-        return Named
-
     if inference is None:
         def inference(*inputs):
             return _first(forward(*inputs))
-    return KernelOp(name, error_name, operator, backward_operator, Function, function_named, dict(differentiable),
-                    inference, finish)
+    return KernelOp(name, error_name, operator, backward_operator, Function, dict(differentiable), inference, finish)

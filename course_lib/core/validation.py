@@ -20,6 +20,12 @@ def _names(dtypes):
 PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
 
 
+def _wraps_others(tensor):
+    """Whether ``tensor`` is a tensor subclass that wraps others (TwoTensor, DTensor), whose
+    memory a kernel cannot read. Plain tensors answer from their type alone."""
+    return type(tensor) not in PLAIN_TENSOR_TYPES and is_traceable_wrapper_subclass(tensor)
+
+
 def check_tensor(op, name, tensor, *, dtypes=FLOAT_DTYPES, min_ndim=1):
     """Check one argument's type, device and dtype; raise saying what is accepted."""
     if not isinstance(tensor, torch.Tensor):
@@ -56,7 +62,7 @@ def check_tensor(op, name, tensor, *, dtypes=FLOAT_DTYPES, min_ndim=1):
     # Bits that change what the memory means without changing it: a kernel reads the memory.
     # (Traced, torch.compile materializes them itself, and cannot trace these queries.)
     if not torch.compiler.is_compiling():
-        if type(tensor) not in PLAIN_TENSOR_TYPES and is_traceable_wrapper_subclass(tensor):
+        if _wraps_others(tensor):
             raise TypeError(f"{op}: {name} is a {type(tensor).__name__}, a tensor subclass that wraps others, "
                             f"whose memory the kernels cannot read; pass a plain torch.Tensor")
         if tensor.is_neg():
@@ -146,7 +152,7 @@ def _readable_gradient(op, grad):
     tensor subclass that wraps others refused, naming the function."""
     if not isinstance(grad, torch.Tensor):
         return grad
-    if type(grad) not in PLAIN_TENSOR_TYPES and is_traceable_wrapper_subclass(grad):
+    if _wraps_others(grad):
         raise TypeError(f"{op}: the gradient flowing into its backward is a {type(grad).__name__}, a tensor "
                         "subclass that wraps others, whose memory the kernels cannot read; pass a plain torch.Tensor")
     if grad._is_zerotensor():
@@ -191,6 +197,18 @@ def first_order_only(op):
         return wrapper
 
     return decorate
+
+
+@functools.cache
+def first_order_only_as(function, op):
+    """``function``, an autograd.Function whose backward first_order_only decorates, as
+    another public caller ``op`` calls it (causal_softmax, LayerNorm): the same Function but
+    for its errors, which name op. Named as ``function``, as profiles and autograd's nodes show it."""
+    class Named(function):
+        backward = staticmethod(first_order_only(op)(function.backward.__wrapped__))
+
+    Named.__name__ = Named.__qualname__ = function.__name__
+    return Named
 
 
 def held_for_first_order_only(*inputs):

@@ -26,7 +26,6 @@ It is not in the kernels: LayerNorm of z is the plain kernels' work, the divisio
 the gradient's path through m are PyTorch's (StableLayerNormFunction).
 """
 
-import functools
 import numbers
 from typing import NamedTuple, Optional
 
@@ -42,7 +41,8 @@ from ...core.operator import kernel_op
 from ...core.rows import as_rows, known_multiple_of, shaped_like, sum_partial_rows, width_hint
 from ...core.runtime import cdiv, is_cooperative_refusal, launch, multiprocessor_count
 from ...core.validation import (FLOAT_DTYPES, INT32_LIMIT, check_index_range, check_like, check_same_device,
-                                check_tensor, first_order_only, held_for_first_order_only, on_device_of,
+                                check_tensor, first_order_only, first_order_only_as, held_for_first_order_only,
+                                on_device_of,
                                 wants_gradient)
 
 # ---------------------------------------------------------------------------- kernels
@@ -371,24 +371,6 @@ class StableLayerNormFunction(torch.autograd.Function):
         return grad_x.to(x.dtype), _present(grad_gamma), _present(grad_beta), None
 
 
-@functools.cache
-def _stable_function(op):
-    """StableLayerNormFunction as ``op`` (layernorm, LayerNorm) calls it: its second-order
-    error names op."""
-    if op == "layernorm":
-        return StableLayerNormFunction
-    undecorated = StableLayerNormFunction.backward.__wrapped__
-
-    class Named(StableLayerNormFunction):
-        @staticmethod
-        @first_order_only(op)
-        def backward(ctx, grad_y):
-            return undecorated(ctx, grad_y)
-
-    Named.__name__ = Named.__qualname__ = StableLayerNormFunction.__name__
-    return Named
-
-
 # ------------------------------------------------------------------------------ public
 
 
@@ -434,9 +416,9 @@ def _check_eps(op, eps):
                          f"float32 variance), got {eps}")
 
 
-def _check_stable(op, stable):
-    if not isinstance(stable, bool):
-        raise TypeError(f"{op}: stable must be True or False, got {type(stable).__name__} {stable!r}")
+def _check_flag(op, name, flag):
+    if not isinstance(flag, bool):
+        raise TypeError(f"{op}: {name} must be True or False, got {type(flag).__name__} {flag!r}")
 
 
 def layernorm(x, gamma, beta=None, eps=1e-5, stable=False):
@@ -453,7 +435,7 @@ def layernorm(x, gamma, beta=None, eps=1e-5, stable=False):
 
 def _layernorm(op, names, x, gamma, beta, eps, stable):
     _check_inputs(op, x, gamma, beta, eps, names)
-    _check_stable(op, stable)
+    _check_flag(op, "stable", stable)
     eps = float(eps)
     if torch.compiler.is_compiling():
         # With stable, inductor differentiates the division itself: traced by it,
@@ -462,7 +444,8 @@ def _layernorm(op, names, x, gamma, beta, eps, stable):
         return layernorm_op(z, gamma, beta, eps)[0].to(x.dtype)
     if stable:
         wants_gradient(op, ("x", *names), (x, gamma, beta))  # refuses forward-mode tangents, naming them
-        return _stable_function(op).apply(x, gamma, beta, eps)
+        function = StableLayerNormFunction if op == "layernorm" else first_order_only_as(StableLayerNormFunction, op)
+        return function.apply(x, gamma, beta, eps)
     return LAYERNORM(x, gamma, beta, eps, error_name=op, input_names=("x", *names))
 
 
@@ -491,10 +474,8 @@ class LayerNorm(nn.Module):
         if shape[0] < 1:
             raise ValueError(f"{op}: normalized_shape must be at least 1, got {shape[0]}")
         _check_eps(op, eps)
-        _check_stable(op, stable)
-        for name, flag in (("elementwise_affine", elementwise_affine), ("bias", bias)):
-            if not isinstance(flag, bool):
-                raise TypeError(f"{op}: {name} must be True or False, got {type(flag).__name__} {flag!r}")
+        for name, flag in (("stable", stable), ("elementwise_affine", elementwise_affine), ("bias", bias)):
+            _check_flag(op, name, flag)
         if dtype is not None and dtype not in FLOAT_DTYPES:
             raise TypeError(f"{op}: dtype must be float32, float16 or bfloat16 (the kernels' dtypes), got {dtype}")
         self.normalized_shape = shape
