@@ -62,9 +62,15 @@ def merge(paths, out=None):
     rows = {}
     for document in documents:
         for row in document["rows"]:
-            rows[row_key(row)] = dict(row, copy_gbps=row.get("copy_gbps", document["copy_gbps"]))
+            rows[row_key(row)] = dict(row, copy_gbps=row.get("copy_gbps", document["copy_gbps"]),
+                                      commit=row.get("commit", document.get("commit", "unknown")),
+                                      date=row.get("date", document.get("date", "unknown")))
     rows = list(rows.values())
-    merged = dict(documents[0], copy_gbps=statistics.median(row["copy_gbps"] for row in rows), rows=rows)
+    # The file names every commit and the last day its rows were measured on: a file whose
+    # rows come from one commit can be quoted as that commit's results.
+    merged = dict(documents[0], copy_gbps=statistics.median(row["copy_gbps"] for row in rows),
+                  commit=", ".join(sorted({row["commit"] for row in rows})),
+                  date=max(row["date"] for row in rows), rows=rows)
     return write_document(merged, out or RESULTS_DIR / f"{gpu_slug(merged['gpu'])}.json")
 
 

@@ -23,6 +23,9 @@ mkdir -p "$logs"
 site=$(mktemp -d)
 python3 -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --target "$site" "$wheels"/*.whl
 export PYTHONPATH="$PWD:$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+# The commit measured, recorded in the results files: a copy of the tree without its
+# history (an offline host) is told it by the caller.
+export COURSE_COMMIT=${COURSE_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
 python3 -c "from course_lib import runtime; print(runtime.describe()); assert runtime.ON_GPU, 'no GPU Triton can use'"
 
 run_step() {

@@ -288,8 +288,25 @@ def gpu_slug(name=None):
 
 
 def measured_on():
-    """Where results come from, as a results file's first keys: the GPU, torch and Triton."""
-    return {"gpu": gpu_name(), "torch": torch.__version__, "triton": triton.__version__}
+    """Where results come from, as a results file's first keys: the GPU, torch and Triton,
+    the commit of the code measured and the day. The commit is $COURSE_COMMIT (a GPU host
+    given a copy of the tree without its history: scripts/gpu_run.sh sets it) or git's."""
+    return {"gpu": gpu_name(), "torch": torch.__version__, "triton": triton.__version__,
+            "commit": code_commit(), "date": time.strftime("%Y-%m-%d", time.gmtime())}
+
+
+def code_commit():
+    """The commit of the code being run: $COURSE_COMMIT, else git's HEAD, else "unknown"."""
+    import os
+    import subprocess
+
+    if os.environ.get("COURSE_COMMIT"):
+        return os.environ["COURSE_COMMIT"]
+    try:
+        return subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
+                              check=True, cwd=Path(__file__).parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
 def write_document(document, path):
