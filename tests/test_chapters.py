@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 MAX_SOURCE_SHARE = 0.25       # printed library source, of a chapter's text output
 MAX_OUTPUT_LINES = 60         # text lines one cell shows
+MAX_LINE = 88                 # characters a line of code or output may hold: the book's column
 MAX_MAIN_PATH_WORDS = 3600    # "about 3500": markdown words before the optional sections
 OPTIONAL_HEADING = re.compile(r"^##\s+Optional\b", re.M)
 SOURCE_PRINTERS = ("show_source(", "show_section(", "show_excerpt(", "getsource(", "print(source_of(")
@@ -142,6 +143,26 @@ def test_no_cell_shows_a_wall_of_text(path):
         assert lines <= MAX_OUTPUT_LINES, (
             f"{path.name} cell {i} shows {lines} lines (at most {MAX_OUTPUT_LINES}): an excerpt, a plot "
             "or the few rows the prose discusses instead")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
+def test_code_and_printed_lines_fit_the_books_column(path):
+    """The book's code column holds about 88 characters: a longer line scrolls sideways."""
+    long = []
+    for i, cell in enumerate(cells(path)):
+        texts = [("code", source(cell))] if cell["cell_type"] == "code" else []
+        texts += [("output", text_of(o)) for o in cell.get("outputs", [])
+                  if not any(k.startswith(GLUE_MIME_PREFIX) for k in o.get("data", {}))]
+        long += [f"cell {i} {kind}: {line[:60]}… ({len(line)})" for kind, text in texts
+                 for line in text.splitlines() if len(line) > MAX_LINE]
+    assert not long, f"{path.name}: {len(long)} lines over {MAX_LINE} characters:\n" + "\n".join(long[:20])
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
+def test_no_stored_output_is_an_error(path):
+    errors = [f"cell {i}: {o.get('ename')}: {o.get('evalue', '')[:200]}" for i, cell in enumerate(cells(path))
+              for o in cell.get("outputs", []) if o["output_type"] == "error" or "Traceback" in text_of(o)]
+    assert not errors, f"{path.name} stores errors: {errors}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)

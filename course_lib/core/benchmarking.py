@@ -323,6 +323,18 @@ def write_results(rows, copy_gbps, path=None):
     return write_document(document, path or RESULTS_DIR / f"{gpu_slug()}.json")
 
 
+# The run the chapters quote: the GPU whose run made the notebooks' stored outputs. Its file
+# holds every pass of every kernel (forward, backward, step, CUDA graphs, host) from one
+# commit; a file marked "superseded_by" is kept for the Benchmarks page but no chapter reads it.
+REFERENCE_RESULTS = "nvidia-h200"
+
+
+def reference_results(results_dir=RESULTS_DIR):
+    """The results document the chapters quote (REFERENCE_RESULTS), with its "gpu",
+    "commit" and "date"."""
+    return load_results(results_dir)[REFERENCE_RESULTS]
+
+
 def load_results(results_dir=RESULTS_DIR):
     """Every stored results file, in file name order: {file stem: document}.
 

@@ -1,8 +1,98 @@
 """Small helpers the chapters' notebooks share."""
 
 import inspect
+import io
+import re
+import textwrap
+import tokenize
 
 import torch
+
+from .observations import observe  # noqa: F401  (the chapters import it from here, beside claim)
+
+
+# The book's code column holds about 88 characters; the package is written to 120. What a
+# chapter prints of it is folded to the column (tests/test_chapters.py checks every line).
+COLUMN = 88
+_CLOSING = {")": "(", "]": "[", "}": "{"}
+
+
+def _break_points(line):
+    """Where ``line`` may be broken and go on, indented, on the next line: after a comma or
+    before an operator, inside brackets and outside strings. (index, bracket column) pairs."""
+    points, stack, quote = [], [], None
+    i = 0
+    while i < len(line):
+        char = line[i]
+        if quote:
+            if char == "\\":
+                i += 1
+            elif line.startswith(quote, i):
+                i += len(quote) - 1
+                quote = None
+        elif char == "#":
+            break
+        elif char in "\"'":
+            quote = line[i:i + 3] if line[i:i + 3] in ('"""', "'''") else char
+            i += len(quote) - 1
+        elif char in "([{":
+            stack.append(i)
+        elif char in ")]}" and stack:
+            stack.pop()
+        elif stack and char == "," and line[i + 1:i + 2] == " ":
+            points.append((i + 2, stack[-1] + 1))
+        elif stack and char == " " and re.match(r" (and|or|if|else|for|[-+*/@|&]|//|\*\*) ", line[i:]):
+            points.append((i + 1, stack[-1] + 1))
+        i += 1
+    return points
+
+
+def fit_line(line, width=COLUMN):
+    """One line of Python folded into lines of at most ``width`` characters where it can be:
+    a long comment wrapped, a trailing comment moved above its code, code broken inside
+    brackets (where Python needs no backslash). A line it cannot fold comes back as it was."""
+    if len(line) <= width:
+        return [line]
+    indent = line[: len(line) - len(line.lstrip())]
+    if line.lstrip().startswith("#"):
+        return textwrap.wrap(line.lstrip()[1:].strip(), width - len(indent) - 2,
+                             initial_indent=indent + "# ", subsequent_indent=indent + "# ") or [line]
+    code, hash_, comment = line.partition("  # ")
+    if hash_ and len(code) <= width:
+        return fit_line(indent + "# " + comment, width) + [code.rstrip()]
+    fitting = [(at, column) for at, column in _break_points(line) if at <= width]
+    if not fitting:
+        return [line]
+    at, column = fitting[-1]
+    rest_indent = " " * (column if column <= width // 2 else len(indent) + 8)
+    return [line[:at].rstrip()] + fit_line(rest_indent + line[at:].lstrip(), width)
+
+
+def fit_code(text, width=COLUMN):
+    """Python source folded to the book's column, line by line (``fit_line``); the lines of a
+    docstring or other multi-line string are wrapped as prose at their indentation."""
+    in_string = set()
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type == tokenize.STRING and token.end[0] > token.start[0]:
+                in_string.update(range(token.start[0] + 1, token.end[0] + 1))
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        pass  # an excerpt cut inside a bracket: fold it line by line all the same
+    folded = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if number in in_string and len(line) > width:
+            indent = line[: len(line) - len(line.lstrip())]
+            folded += textwrap.wrap(line.strip(), width, initial_indent=indent, subsequent_indent=indent,
+                                    break_on_hyphens=False) or [line]
+        else:
+            folded += fit_line(line, width)
+    return "\n".join(folded)
+
+
+def fit_text(text, width=COLUMN):
+    """A message (an error, a checker's verdict) wrapped to the book's column, paragraph by line."""
+    return "\n".join(textwrap.fill(line, width, break_on_hyphens=False, break_long_words=False) if line else ""
+                     for line in text.splitlines())
 
 
 def source_of(obj):
@@ -14,7 +104,7 @@ def source_of(obj):
 
 def show_source(*objects):
     """Print the source of each object, as the book shows the finished kernels."""
-    print("\n\n".join(source_of(obj).rstrip() for obj in objects))
+    print(fit_code("\n\n".join(source_of(obj).rstrip() for obj in objects)))
 
 
 def section_of(module, title):
@@ -31,7 +121,7 @@ def section_of(module, title):
 
 def show_section(module, title):
     """Print one section of a course_lib module, as the book shows a finished layer."""
-    print(section_of(module, title))
+    print(fit_code(section_of(module, title)))
 
 
 def excerpt_of(obj, first, last=None):
@@ -63,7 +153,7 @@ def excerpt_of(obj, first, last=None):
 def show_excerpt(obj, first, last=None):
     """Print an excerpt of ``obj``'s source (see ``excerpt_of``): how the book shows what
     the package adds to a kernel without printing all of it."""
-    print(excerpt_of(obj, first, last))
+    print(fit_code(excerpt_of(obj, first, last)))
 
 
 # MyST-NB reads a glued value from an output carrying this metadata; the MIME prefix hides
@@ -79,9 +169,22 @@ def glue(name, value, fmt=None):
     returned value would show as the cell's result when glue ends the cell)."""
     from IPython.display import display
 
+    if isinstance(value, float) and not (fmt and fmt[-1] in "f%e"):
+        # str(0.4) and the "g" formats drop trailing zeros: a table's 0.40 would read 0.4 in the prose
+        raise ValueError(f"glue {name!r}: give a float a fixed-point format ('.2f', '.0%'), not {fmt!r}")
     text = format(value, fmt) if fmt else str(value)
-    display({GLUE_MIME_PREFIX + "text/plain": text}, raw=True,
+    # Stored as a Python string literal: MyST-NB reads text/plain through literal_eval, which
+    # turns an unquoted "0.40" into the float 0.4 and prints "0.4".
+    display({GLUE_MIME_PREFIX + "text/plain": repr(text)}, raw=True,
             metadata={"scrapbook": {"name": name, "mime_prefix": GLUE_MIME_PREFIX}})
+
+
+def glue_provenance(prefix, document):
+    """Glue a results document's GPU, commit and day as ``<prefix>_gpu``, ``<prefix>_commit``
+    and ``<prefix>_date``, so that a speed section names the run it quotes."""
+    glue(f"{prefix}_gpu", document["gpu"])
+    glue(f"{prefix}_commit", document.get("commit", "unknown"))
+    glue(f"{prefix}_date", document.get("date", "unknown"))
 
 
 class ClaimContradicted(AssertionError):

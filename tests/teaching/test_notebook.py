@@ -66,8 +66,22 @@ def test_glue_writes_what_myst_nb_reads_and_shows_nothing(monkeypatch):
     shown = []
     monkeypatch.setattr("IPython.display.display", lambda data, raw, metadata: shown.append((data, metadata)))
     assert glue("ch0_speed", 0.9349, ".2f") is None
-    assert shown == [({GLUE_MIME_PREFIX + "text/plain": "0.93"},
+    assert shown == [({GLUE_MIME_PREFIX + "text/plain": "'0.93'"},
                       {"scrapbook": {"name": "ch0_speed", "mime_prefix": GLUE_MIME_PREFIX}})]
+
+
+def test_glued_numbers_keep_their_trailing_zeros_in_the_book(monkeypatch):
+    pytest.importorskip("IPython", reason="glue runs in notebooks, where IPython is; the package does not need it")
+    from myst_nb.core.variables import format_plain_text  # what {glue:text} renders with
+
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda data, raw, metadata: shown.append(data))
+    for value, fmt, expected in [(0.4, ".2f", "0.40"), (3.0, ".1f", "3.0"), (12, None, "12"), ("H200", None, "H200")]:
+        glue("ch0_value", value, fmt)
+        assert format_plain_text(shown[-1][GLUE_MIME_PREFIX + "text/plain"], "") == expected
+    for fmt in (None, ".2g", "g"):
+        with pytest.raises(ValueError, match="fixed-point"):
+            glue("ch0_value", 0.4, fmt)
 
 
 def test_claim_quotes_the_sentence_the_data_turns_over():

@@ -1,0 +1,3 @@
+"""Chapter 4's observations: readings of what its cells measure on the reader's GPU."""
+
+from . import reading  # noqa: F401  (each reading registers itself)
