@@ -52,10 +52,16 @@ run_step() {
       python3 -m benchmarks.train_recall --merge "$logs"/training_seed*.json ;;
     profile) python3 -m benchmarks.profile_step 2>&1 | tee "$logs/profile_step.log" ;;
     execute)
+      # Every observation the chapters make records this GPU's figures: the stored run readers
+      # compare theirs with (course_lib/results/observations/<gpu>.json). All chapters: a new file.
+      export COURSE_RECORD_OBSERVATIONS=$(python3 -c "from course_lib.core.benchmarking import gpu_slug; \
+from course_lib.teaching.observations import RESULTS; print(RESULTS / f'{gpu_slug()}.json')")
+      [ -n "${NOTEBOOKS:-}" ] || rm -f "$COURSE_RECORD_OBSERVATIONS"
       failed=0
       for notebook in ${NOTEBOOKS:-notebooks/*.ipynb}; do
         python3 -m course_lib.teaching.instructor execute "$notebook" 2>&1 | tee -a "$logs/execute.log" || failed=1
       done
+      unset COURSE_RECORD_OBSERVATIONS
       return $failed ;;
     nbval) python3 -m pytest ${NOTEBOOKS:-notebooks/*.ipynb} -q -p no:cacheprovider --nbval --nbval-current-env \
              --nbval-sanitize-with nbval_sanitize.cfg 2>&1 | tee "$logs/nbval.log" ;;

@@ -3,8 +3,10 @@ measurements in the prose come from computation (glued or printed), never typed 
 printed library source stays a small part of what a chapter shows; the main path stays
 short enough to read, with detours in optional sections at the end."""
 
+import ast
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -195,3 +197,53 @@ def test_the_measurement_rule_knows_a_measurement():
     assert not hand_typed_measurements("### Exercise 2.3: rows longer than a tile; see Exercise 1.1")
     assert not hand_typed_measurements("it runs {glue:text}`launch_us:.1f` µs")
 
+
+
+# What a fresh Colab runtime has before a chapter's first cell runs (it never reinstalls them).
+COLAB_PREINSTALLED = {"torch", "triton", "numpy", "matplotlib", "IPython", "PIL", "pandas", "scipy"}
+
+
+def guarded_imports(tree):
+    """Top-level module names imported inside a try whose handlers catch a missing module."""
+    guarded = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try) and any(
+                handler.type is None or "ImportError" in ast.unparse(handler.type)
+                or "ModuleNotFoundError" in ast.unparse(handler.type) for handler in node.handlers):
+            for inner in ast.walk(ast.Module(body=node.body, type_ignores=[])):
+                guarded |= imported_top_level(inner)
+    return guarded
+
+
+def imported_top_level(node):
+    if isinstance(node, ast.Import):
+        return {alias.name.split(".")[0] for alias in node.names}
+    if isinstance(node, ast.ImportFrom) and not node.level:
+        return {node.module.split(".")[0]}
+    return set()
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "student").glob("*.ipynb")), ids=lambda path: path.stem)
+def test_the_first_cell_installs_what_the_chapter_imports(path):
+    """On a fresh Colab runtime a chapter runs to its end: every module it imports is in
+    Python, preinstalled there, installed by its first cell (course_lib with its dependencies, or
+    a package the cell installs when missing), or imported under a guard that says what to install."""
+    import tomllib
+
+    code = [source(c) for c in cells(path) if c["cell_type"] == "code"]
+    install = ast.parse(code[0])
+    checked = {node.args[0].value for node in ast.walk(install) if isinstance(node, ast.Call)
+               and ast.unparse(node.func).endswith("find_spec") and isinstance(node.args[0], ast.Constant)}
+    assert "course_lib" in checked, f"{path.name}'s first cell does not install course_lib when it is missing"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    with_course_lib = {re.split(r"[<>=!;\[ ]", d)[0].replace("-", "_") for d in project["dependencies"]}
+    available = set(sys.stdlib_module_names) | COLAB_PREINSTALLED | checked | with_course_lib
+    missing = {}
+    for index, text in enumerate(code[1:], start=1):
+        tree = ast.parse("\n".join(line for line in text.splitlines() if not line.lstrip().startswith(("%", "!"))))
+        guarded = guarded_imports(tree)
+        for node in ast.walk(tree):
+            for module in imported_top_level(node) - available - guarded:
+                missing.setdefault(module, index)
+    assert not missing, (f"{path.name} imports modules a fresh Colab runtime lacks, neither installed by its "
+                         f"first cell nor guarded (module: code cell): {missing}")

@@ -17,10 +17,12 @@ COLUMN = 88
 _CLOSING = {")": "(", "]": "[", "}": "{"}
 
 
-def _break_points(line):
+def _break_points(line, inside=False):
     """Where ``line`` may be broken and go on, indented, on the next line: after a comma or
-    before an operator, inside brackets and outside strings. (index, bracket column) pairs."""
-    points, stack, quote = [], [], None
+    before an operator, inside brackets and outside strings (``inside``: the whole line is
+    within a bracket opened on a line before). (index, bracket column) pairs."""
+    indent = len(line) - len(line.lstrip())
+    points, stack, quote = [], [indent] if inside else [], None
     i = 0
     while i < len(line):
         char = line[i]
@@ -36,56 +38,86 @@ def _break_points(line):
             quote = line[i:i + 3] if line[i:i + 3] in ('"""', "'''") else char
             i += len(quote) - 1
         elif char in "([{":
-            stack.append(i)
+            stack.append(i + 1)
         elif char in ")]}" and stack:
             stack.pop()
         elif stack and char == "," and line[i + 1:i + 2] == " ":
-            points.append((i + 2, stack[-1] + 1))
+            points.append((i + 2, stack[-1]))
         elif stack and char == " " and re.match(r" (and|or|if|else|for|[-+*/@|&]|//|\*\*) ", line[i:]):
-            points.append((i + 1, stack[-1] + 1))
+            points.append((i + 1, stack[-1]))
         i += 1
     return points
 
 
-def fit_line(line, width=COLUMN):
+def fit_line(line, width=COLUMN, inside=False):
     """One line of Python folded into lines of at most ``width`` characters where it can be:
-    a long comment wrapped, a trailing comment moved above its code, code broken inside
-    brackets (where Python needs no backslash). A line it cannot fold comes back as it was."""
+    a long comment wrapped, a trailing comment moved above its code, a one-line docstring made
+    a multi-line one, code broken inside brackets (where Python needs no backslash; an import
+    list or a condition is bracketed first). A line it cannot fold comes back as it was."""
     if len(line) <= width:
         return [line]
     indent = line[: len(line) - len(line.lstrip())]
-    if line.lstrip().startswith("#"):
-        return textwrap.wrap(line.lstrip()[1:].strip(), width - len(indent) - 2,
+    body = line.strip()
+    if body.startswith("#"):
+        return textwrap.wrap(body[1:].strip(), width - len(indent) - 2,
                              initial_indent=indent + "# ", subsequent_indent=indent + "# ") or [line]
+    if not inside and re.fullmatch(r'[rbuf]?"""[^"]*"""', body):
+        opening = body[: body.index('"""') + 3]
+        words = textwrap.wrap(body[len(opening):-3], width - len(indent) - 3, break_on_hyphens=False)
+        return [indent + opening + words[0]] + [indent + w for w in words[1:-1]] + [indent + words[-1] + '"""'] \
+            if len(words) > 1 else [line]
     code, hash_, comment = line.partition("  # ")
     if hash_ and len(code) <= width:
-        return fit_line(indent + "# " + comment, width) + [code.rstrip()]
-    fitting = [(at, column) for at, column in _break_points(line) if at <= width]
+        return fit_line(indent + "# " + comment, width, inside) + [code.rstrip()]
+    fitting = [(at, column) for at, column in _break_points(line, inside) if at <= width]
+    if not fitting and not inside and _complete(body):
+        bracketed = re.fullmatch(r"(from \S+ import |(?:if|elif|while|return|assert) )([^(#].*?)(:?)", body)
+        if bracketed and "(" not in bracketed.group(2)[:1]:
+            head, expression, colon = bracketed.groups()
+            return fit_line(f"{indent}{head}({expression}){colon}", width)
     if not fitting:
         return [line]
     at, column = fitting[-1]
     rest_indent = " " * (column if column <= width // 2 else len(indent) + 8)
-    return [line[:at].rstrip()] + fit_line(rest_indent + line[at:].lstrip(), width)
+    # the rest is inside the bracket the break was made in
+    return [line[:at].rstrip()] + fit_line(rest_indent + line[at:].lstrip(), width, inside=True)
+
+
+def _complete(code):
+    """Whether ``code`` is a whole logical line: no bracket or string left open, no backslash."""
+    try:
+        list(tokenize.generate_tokens(io.StringIO(code + "\n").readline))
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return False
+    return not code.endswith("\\")
 
 
 def fit_code(text, width=COLUMN):
     """Python source folded to the book's column, line by line (``fit_line``); the lines of a
     docstring or other multi-line string are wrapped as prose at their indentation."""
-    in_string = set()
+    in_string, open_at = set(), {}  # lines inside a string; brackets open where a line starts
+    depth = 0
     try:
         for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            open_at.setdefault(token.start[0], depth)
             if token.type == tokenize.STRING and token.end[0] > token.start[0]:
                 in_string.update(range(token.start[0] + 1, token.end[0] + 1))
+            elif token.type == tokenize.OP and token.string in "([{":
+                depth += 1
+            elif token.type == tokenize.OP and token.string in ")]}":
+                depth = max(0, depth - 1)
     except (tokenize.TokenError, SyntaxError, IndentationError):
-        pass  # an excerpt cut inside a bracket: fold it line by line all the same
+        pass  # an excerpt cut inside a bracket: the lines after the cut are folded as if outside
     folded = []
     for number, line in enumerate(text.splitlines(), start=1):
         if number in in_string and len(line) > width:
             indent = line[: len(line) - len(line.lstrip())]
             folded += textwrap.wrap(line.strip(), width, initial_indent=indent, subsequent_indent=indent,
                                     break_on_hyphens=False) or [line]
+        elif number not in in_string:
+            folded += fit_line(line, width, inside=open_at.get(number, 0) > 0)
         else:
-            folded += fit_line(line, width)
+            folded.append(line)
     return "\n".join(folded)
 
 

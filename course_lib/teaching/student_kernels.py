@@ -24,6 +24,7 @@ copy measured in the same run, beside the course's own kernel. It never fails an
 
 import contextlib
 import signal
+import textwrap
 import threading
 
 import torch
@@ -233,8 +234,8 @@ def report_speed(name, run, n_bytes, *, against=None, share=0.8, advice=""):
     Without a GPU it says why there is no number. Returns the fraction, or None."""
     short = name.split(" (")[0]
     if not ON_GPU:
-        print(f"{short}, speed: measured on a GPU only (the interpreter runs each program in Python, so its "
-              "time says nothing about the kernel's).")
+        print(textwrap.fill(f"{short}, speed: measured on a GPU only (the interpreter runs each program in "
+                            "Python, so its time says nothing about the kernel's).", 88))
         return None
     import triton.testing
 
@@ -250,5 +251,5 @@ def report_speed(name, run, n_bytes, *, against=None, share=0.8, advice=""):
         line += f"; {label} reaches {reference:.2f} (target {target:.2f}, {share:.0%} of it)"
         if fraction < target and advice:
             line += f". {advice}"
-    print(line + ".")
+    print(textwrap.fill(line + ".", 88, break_on_hyphens=False))  # the book's code column
     return fraction

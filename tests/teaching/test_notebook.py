@@ -101,3 +101,31 @@ def test_an_excerpt_is_cut_by_its_markers_and_a_drifted_marker_raises():
         excerpt_of(weighted_sum_forward_kernel, "no such line")
     with pytest.raises(ValueError, match="no line after"):
         excerpt_of(weighted_sum_forward_kernel, "y = tl.sum(acc", "no such end")
+
+
+def test_code_folded_to_the_books_column_is_the_same_code():
+    """fit_code (what show_source and friends print) changes only the layout: every module of
+    the package folds to the same syntax tree (strings' inner spacing aside), and what it can
+    fold fits 88 characters."""
+    import ast
+    import importlib
+    import inspect
+    import pkgutil
+
+    import course_lib
+    from course_lib.teaching.notebook import fit_code, fit_line
+
+    def tree(source):
+        parsed = ast.parse(source)
+        for node in ast.walk(parsed):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                node.value = " ".join(node.value.split())
+        return ast.dump(parsed)
+
+    for info in pkgutil.walk_packages(course_lib.__path__, "course_lib."):
+        source = inspect.getsource(importlib.import_module(info.name))
+        assert tree(fit_code(source)) == tree(source), info.name
+    comment = fit_line("    # " + "word " * 30)
+    assert len(comment) > 1 and all(len(line) <= 88 and line.startswith("    # ") for line in comment)
+    folded = fit_code("from a import " + ", ".join(f"name{i}" for i in range(20)))
+    assert all(len(line) <= 88 for line in folded.splitlines()) and ast.parse(folded)

@@ -133,7 +133,8 @@ def record(name, figures, path):
     from ...core.benchmarking import measured_on
 
     path = Path(path)
-    document = json.loads(path.read_text()) if path.exists() else {**measured_on(), "figures": {}}
+    document = json.loads(path.read_text()) if path.exists() else {"figures": {}}
+    document.update(measured_on())  # the run that recorded the latest figures
     document["figures"][name] = {key: float(value) for key, value in figures.items()}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=1) + "\n")
