@@ -69,7 +69,8 @@ def fit_line(line, width=COLUMN, inside=False):
     code, hash_, comment = line.partition("  # ")
     if hash_ and len(code) <= width:
         return fit_line(indent + "# " + comment, width, inside) + [code.rstrip()]
-    fitting = [(at, column) for at, column in _break_points(line, inside) if at <= width]
+    fitting = [(at, column) for at, column in _break_points(line, inside)
+               if len(indent) < at <= width and line[:at].strip()]
     if not fitting and not inside and _complete(body):
         bracketed = re.fullmatch(r"(from \S+ import |(?:if|elif|while|return|assert) )([^(#].*?)(:?)", body)
         if bracketed and "(" not in bracketed.group(2)[:1]:
@@ -79,6 +80,8 @@ def fit_line(line, width=COLUMN, inside=False):
         return [line]
     at, column = fitting[-1]
     rest_indent = " " * (column if column <= width // 2 else len(indent) + 8)
+    if len(rest_indent) + len(line[at:].lstrip()) >= len(line):  # no shorter: leave it
+        return [line]
     # the rest is inside the bracket the break was made in
     return [line[:at].rstrip()] + fit_line(rest_indent + line[at:].lstrip(), width, inside=True)
 

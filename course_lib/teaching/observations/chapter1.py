@@ -19,3 +19,86 @@ def odd_widths(figures):
                  "over 15% longer, so here loads of one value each cost more than the extra loads in "
                  "flight win back; pad such rows to a multiple of 8."))
     return first + second
+
+
+@reading("ch1_forward_vs_matmul", example={"course_lib, µs": 67.7, "course_lib, GPU µs": 66.9,
+                                           "x @ w, µs": 75.2, "x @ w, GPU µs": 74.5})
+def forward_vs_matmul(figures):
+    """course_lib's forward against x @ w (cuBLAS's matrix-vector product) on one bfloat16
+    shape: as timed, and on the GPU alone, so that a slow host is told from a slow kernel."""
+    ours, theirs = figures["course_lib, µs"], figures["x @ w, µs"]
+    ours_gpu, theirs_gpu = figures["course_lib, GPU µs"], figures["x @ w, GPU µs"]
+    ratio, gpu_ratio = ours / theirs, ours_gpu / theirs_gpu
+    sentence = f"course_lib's forward takes {ratio:.2f}× the time of x @ w"
+    if ratio <= 1.05:
+        return sentence + ": as fast or faster (within 5%), as on the stored run."
+    if ours > 1.15 * ours_gpu:
+        return (sentence + f", but its GPU alone takes {ours_gpu:.1f} of its {ours:.1f} µs: "
+                "the host's side of the call sets its time on this machine, not the kernel.")
+    if gpu_ratio > 1.05:
+        return (sentence + f", {gpu_ratio:.2f}× on the GPU alone too: cuBLAS picks a kernel for "
+                "each GPU, course_lib's tiles came from a sweep on another one "
+                "(benchmarks/tune_weighted_sum.py redoes it here).")
+    return (sentence + f", yet on the GPU alone {gpu_ratio:.2f}×: the kernels are level and "
+            "the difference is in the calls.")
+
+
+@reading("ch1_coalescing", example={
+    "course_lib contiguous, of C": 0.95, "v1 contiguous, of C": 0.88,
+    "course_lib transposed, of C": 0.31, "v1 transposed, of C": 0.79,
+    "course_lib strided, of C": 0.47, "v1 strided, of C": 0.40})
+def coalescing(figures):
+    """Two kernels on three layouts of one float32 x, as fractions of C of the bytes the sum
+    uses: which layout is fastest, what every other column costs, and the transposed x."""
+    frac = {(kernel, layout): figures[f"{kernel} {layout}, of C"]
+            for kernel in ("course_lib", "v1") for layout in ("contiguous", "transposed", "strided")}
+    slower_layouts = [kernel for kernel in ("course_lib", "v1")
+                      if frac[kernel, "contiguous"] * 1.05 < max(frac[kernel, "transposed"],
+                                                                 frac[kernel, "strided"])]
+    first = ("The contiguous x is the fastest layout for both kernels (within 5%)." if not slower_layouts
+             else f"For {' and '.join(slower_layouts)} another layout beats the contiguous x by "
+                  "more than 5%.")
+    strided = max(frac["course_lib", "strided"], frac["v1", "strided"])
+    second = (" Every other column costs both about half of C or more (at most 0.55 of C left): "
+              "half of every sector holds columns the sum skips." if strided <= 0.55 else
+              f" Every other column still reaches up to {strided:.2f} of C: reading alone runs "
+              "faster than the copy that sets C on this GPU.")
+    v1_transposed = frac["v1", "contiguous"] / frac["v1", "transposed"]
+    third = (f" v1 takes {v1_transposed:.2f}× its contiguous time on the transposed x: "
+             + ("within 25%, its 16-row tiles let the lanes walk down the columns." if v1_transposed <= 1.25
+                else "over 25% more, its 16-row tiles coalesce less well here."))
+    lib_over_v1 = frac["v1", "transposed"] / frac["course_lib", "transposed"]
+    fourth = (f" course_lib takes {lib_over_v1:.2f}× v1's time on it: "
+              + ("its tiles for narrow loads, two rows tall, read 8 bytes down a column." if lib_over_v1 > 1.5
+                 else "slower, by less than 1.5×." if lib_over_v1 > 1
+                 else "no slower than v1 on this GPU."))
+    return first + second + third + fourth
+
+
+@reading("ch1_roofline", example={
+    "bfloat16 ridge over the most intense kernel, ×": 16.2,
+    "float32 ridge over the most intense kernel, ×": 1.16,
+    "weighted-sum forward, of C": 0.96, "weighted-sum backward, of C": 0.91})
+def roofline(figures):
+    """Where the ridge points measured on this GPU fall against the course's most
+    arithmetic-heavy kernel, and how close the weighted sum comes to its copy roof."""
+    ridge = figures["bfloat16 ridge over the most intense kernel, ×"]
+    fp32 = figures["float32 ridge over the most intense kernel, ×"]
+    forward, backward = figures["weighted-sum forward, of C"], figures["weighted-sum backward, of C"]
+    if ridge >= 10:
+        first = (f"The bfloat16 ridge lies {ridge:.0f}× right of the most intense kernel: every "
+                 "course kernel sits far left of it, and bytes set its time.")
+    elif ridge >= 1:
+        first = (f"The bfloat16 ridge lies only {ridge:.1f}× right of the most intense kernel: "
+                 "bytes still set the time, with less to spare than ten times.")
+    else:
+        first = (f"The most intense kernel passes the bfloat16 ridge ({ridge:.2f}×): "
+                 "its arithmetic could bound it here.")
+    second = (f" The float32 ridge is {fp32:.2f}× its intensity, "
+              + ("so even that kernel stays left of it." if fp32 >= 1
+                 else "so in float32 without tensor cores its arithmetic could bound it."))
+    third = (f" The weighted sum reaches {forward:.2f} of its copy roof forward and {backward:.2f} "
+             + ("backward." if forward >= 0.8 else
+                "backward: below 0.8 forward, so benchmarks/tune_weighted_sum.py's sweep may "
+                "find better tiles for this GPU."))
+    return first + second + third
