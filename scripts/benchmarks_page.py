@@ -252,8 +252,12 @@ def results_section(path, data):
         "",
         f"torch {escape(data['torch'])}, triton {escape(data['triton'])}; "
         f"copy bandwidth C = {float(data['copy_gbps']):,.0f} GB/s "
-        f"(from `{DEFAULT_RESULTS.relative_to(ROOT).as_posix()}/{path.name}`).",
+        f"(from `{DEFAULT_RESULTS.relative_to(ROOT).as_posix()}/{path.name}`); "
+        f"code of commit {escape(data.get('commit', 'unknown'))}, measured {escape(data.get('date', 'on an unknown day'))}.",
     ]
+    if data.get("superseded_by"):
+        lines += ["", f"Superseded by the `{escape(data['superseded_by'])}` results, which the chapters quote: "
+                      f"{escape(data.get('note', 'kept for comparison'))}."]
     kernels = {}
     for row in data.get("rows", []):
         kernels.setdefault(row["kernel"], []).append(row)

@@ -1,4 +1,5 @@
 import json
+import re
 import statistics
 import time
 
@@ -50,7 +51,8 @@ def test_results_round_trip(tmp_path):
     rows = [benchmarking.row("weighted_sum", "bwd", "torch", torch.float32, (2, 3), benchmarking.Timings(1.0, 0.8), 1e6, 100.0)]
     path = benchmarking.write_results(rows, 100.0, tmp_path / "gpu.json")
     document = json.loads(path.read_text())
-    assert set(document) == {"gpu", "torch", "triton", "copy_gbps", "rows"}
+    assert set(document) == {"gpu", "torch", "triton", "commit", "date", "copy_gbps", "rows"}
+    assert document["commit"] and re.fullmatch(r"\d{4}-\d{2}-\d{2}", document["date"])
     assert benchmarking.load_results(tmp_path)["gpu"]["rows"] == rows
 
 
@@ -230,3 +232,31 @@ def test_gpu_only_time_of_a_call_that_waits_for_the_gpu_is_its_kernels_time():
     assert time.perf_counter() - started < 30
     copy_ms = benchmarking.kernel_ms(lambda: dst.copy_(src))
     assert gpu_ms == pytest.approx(copy_ms, rel=0.2)
+
+
+def test_the_results_the_chapters_quote_are_complete_and_of_one_commit():
+    """The reference file holds every pass of every registered kernel (forward, backward, the
+    step eager and in CUDA graphs, with torch and torch.compile beside them) and the host rows,
+    measured from one commit, named with its day; a superseded file names its successor."""
+    from course_lib.registry import KERNELS
+
+    documents = benchmarking.load_results()
+    reference = benchmarking.reference_results()
+    assert documents[benchmarking.REFERENCE_RESULTS] is not None and "superseded_by" not in reference
+    assert "," not in reference["commit"] and reference["commit"] != "unknown"
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", reference["date"])
+    assert {r["commit"] for r in reference["rows"]} == {reference["commit"]}
+    have = {(r["kernel"], r["pass"], r["impl"]) for r in reference["rows"]}
+    for kernel in KERNELS:
+        names = kernel.result_names
+        passes = ["step"] if kernel.name == "routed_block" else ["fwd", "bwd", "step"]
+        for pass_ in passes:
+            for impl in ("course_lib", "torch", "torch.compile"):
+                assert any((name, pass_, impl) in have for name in names), (kernel.name, pass_, impl)
+        for impl in ("course_lib.cudagraphs", "torch.compile.cudagraphs"):
+            assert any((name, "step", impl) in have for name in names), (kernel.name, impl)
+    hosts = {r["kernel"] for r in reference["rows"] if r["pass"] == "host"}
+    assert hosts >= {"weighted_sum", "softmax", "causal_softmax", "layernorm", "coor_descent"}
+    for name, document in documents.items():
+        if name != benchmarking.REFERENCE_RESULTS:
+            assert document.get("superseded_by") in documents, f"{name}: quoted by no chapter, yet not superseded"
