@@ -8,7 +8,7 @@ from ...core import references
 from ...core.runtime import DEVICE
 from ..checking import ExerciseError, compare, run_student_code, without_autograd
 from ..student_kernels import kernel_runs, report_speed, require_kernel, run_interpreted
-from .common import Exercise, hidden_case, matches, random_size
+from .common import Exercise, hidden_case, matches, random_size, say
 
 __all__ = ["launch_scale_columns", "check_scale_columns", "check_weighted_sum_grads", "launch_column_sum",
            "check_column_sum"]
@@ -46,7 +46,7 @@ def check_scale_columns(scale_columns_kernel):
         for how, got in kernel_runs(name, launch_scale_columns, kernel, x, w):
             compare(f"{name}, {what}" + (f", {how}" if how else ""), got, x.double() * w.double(),
                     rtol=1e-6, atol=1e-6, show_picture=True)
-    print(f"{name.split(' (')[0]} passed: {len(inputs)} shapes, including a transposed x.")
+    say(f"{name.split(' (')[0]} passed: {len(inputs)} shapes, including a transposed x.")
     x = torch.randn(8192, 4096, device=DEVICE) if DEVICE != "cpu" else None
     w, out = (torch.randn(4096, device=DEVICE), torch.empty_like(x)) if x is not None else (None, None)
     report_speed(name, lambda: launch_scale_columns(kernel, x, w, out, 32, 128), 2 * 8192 * 4096 * 4,
@@ -71,7 +71,7 @@ def check_weighted_sum_grads(weighted_sum_grads):
         expected_x, expected_w = references.weighted_sum_backward(x, w, grad_y)
         compare(f"{name}: grad_x for x of shape {shape}", result[0], expected_x, rtol=1e-9, atol=1e-9)
         compare(f"{name}: grad_w for x of shape {shape}", result[1], expected_w, rtol=1e-9, atol=1e-9)
-    print("Exercise 1.2 passed: grad_x and grad_w match autograd's for 1-, 2- and 3-D x.")
+    say("Exercise 1.2 passed: grad_x and grad_w match autograd's for 1-, 2- and 3-D x.")
 
 
 def launch_column_sum(column_sum_kernel, partial, out=None, block_rows=8, block_cols=32):
@@ -136,7 +136,7 @@ def check_column_sum(column_sum_kernel):
             if hint is None:
                 raise
             raise ExerciseError(f"{error}\n  hint: {hint}") from None
-    print(f"Exercise 1.3 passed: {len(inputs)} shapes, from a single element to 1000 rows, and a transposed partial.")
+    say(f"Exercise 1.3 passed: {len(inputs)} shapes, from a single element to 1000 rows, and a transposed partial.")
     partial = torch.randn(2048, 32768, device=DEVICE) if DEVICE != "cpu" else None
     out = torch.empty(32768, device=DEVICE) if partial is not None else None
     report_speed(name, lambda: launch_column_sum(kernel, partial, out, 32, 64), (2048 + 1) * 32768 * 4,

@@ -9,7 +9,7 @@ from ...core import references
 from ...core.runtime import DEVICE
 from ..checking import ExerciseError, compare
 from ..student_kernels import kernel_runs, report_speed, require_kernel
-from .common import Exercise, hidden_case, matches, random_size
+from .common import Exercise, hidden_case, matches, random_size, say
 
 __all__ = ["launch_softmax_rows", "check_softmax_rows", "launch_causal_softmax", "check_causal_softmax",
            "launch_online_softmax", "check_online_softmax"]
@@ -102,7 +102,7 @@ def check_softmax_rows(softmax_rows_kernel):
     _checked_runs(name, f"{name}, x = wide[:, :33] whose rows are {sliced.stride(0)} elements apart (use stride_x_row)",
                   launch_softmax_rows, kernel, (sliced,), references.softmax(sliced.double()), lambda got: None,
                   show_picture=True)
-    print(f"Exercise 2.1 passed: {len(cases) + 1} shapes, widths 1 to 100, values up to ±1e4 and a sliced x.")
+    say(f"Exercise 2.1 passed: {len(cases) + 1} shapes, widths 1 to 100, values up to ±1e4 and a sliced x.")
     x = _speed_input(65536, 512)
     out = torch.empty_like(x) if x is not None else None
     report_speed(name, lambda: launch_softmax_rows(kernel, x, out, block_rows=4), 2 * 65536 * 512 * 4,
@@ -197,7 +197,7 @@ def check_causal_softmax(causal_softmax_kernel):
     for what, x in inputs:
         _checked_runs(name, f"{name}, {what}", launch_causal_softmax, kernel, (x,),
                       references.causal_softmax(x.double()), lambda got: _causal_softmax_hint(got, x))
-    print(f"Exercise 2.2 passed: {len(inputs)} cases, n from 1 to 33, transposed and sliced scores.")
+    say(f"Exercise 2.2 passed: {len(inputs)} cases, n from 1 to 33, transposed and sliced scores.")
     x = _speed_input(32, 1024, 1024)
     out = torch.empty_like(x) if x is not None else None
     report_speed(name, lambda: launch_causal_softmax(kernel, x, out, block_rows=4), int(1.5 * 32 * 1024 * 1024 * 4),
@@ -292,7 +292,7 @@ def check_online_softmax(online_softmax_kernel):
         _checked_runs(name, f"{name}, tiles of {block} columns, {what}", launch_online_softmax, kernel, (x,),
                       references.softmax(x.double()), lambda got: _online_softmax_hint(got, x, block),
                       show_picture=True)
-    print(f"Exercise 2.3 passed: {len(inputs)} cases, rows of 1 to 100 in tiles of {block}, a growing maximum "
+    say(f"Exercise 2.3 passed: {len(inputs)} cases, rows of 1 to 100 in tiles of {block}, a growing maximum "
           "and a large first score.")
     x = _speed_input(4096, 32768)
     out = torch.empty_like(x) if x is not None else None

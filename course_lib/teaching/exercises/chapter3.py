@@ -9,7 +9,7 @@ from ...core import references
 from ...core.runtime import DEVICE, ON_GPU, multiprocessor_count
 from ..checking import ExerciseError, compare, run_student_code, without_autograd
 from ..student_kernels import kernel_runs, report_speed, require_kernel
-from .common import Exercise, hidden_case, matches, random_size, without_mask_hints
+from .common import Exercise, hidden_case, matches, random_size, without_mask_hints, say
 
 __all__ = ["launch_layernorm_rows", "check_layernorm_rows", "check_layernorm_dx",
            "launch_column_partial_sums", "check_column_partial_sums",
@@ -174,7 +174,7 @@ def check_layernorm_rows(layernorm_rows_kernel):
             if out is not None:  # the compiled run writes into fresh NaN
                 for tensor in out:
                     tensor.fill_(float("nan"))
-    print(f"{name.split(' (')[0]} passed: y, mean and rstd for {len(inputs)} shapes, widths 1 to 100, "
+    say(f"{name.split(' (')[0]} passed: y, mean and rstd for {len(inputs)} shapes, widths 1 to 100, "
           "rows of variance below eps, rows centred on ±1e4 and strided x and y.")
     _report_forward_speed(name, kernel)
 
@@ -247,7 +247,7 @@ def check_layernorm_dx(layernorm_dx):
             hint = next((text for mistake, text in _DX_MISTAKES
                          if matches(got, _layernorm_dx64(x, gamma, grad_y, mean, rstd, **mistake))), None)
             raise ExerciseError(without_mask_hints(error) + (f"\n  hint: {hint}" if hint else "")) from None
-    print("Exercise 3.2 passed: dx matches autograd's in float64 for widths 1 to 100, 2-D and 3-D x.")
+    say("Exercise 3.2 passed: dx matches autograd's in float64 for widths 1 to 100, 2-D and 3-D x.")
 
 
 # --------------------------------------------- Exercise 3.3: partial column sums
@@ -341,7 +341,7 @@ def check_column_partial_sums(column_partial_sums_kernel):
                 raise _with_hint(error, hint, kernel, (got,)) from None
             if out is not None:
                 out.fill_(float("nan"))
-    print(f"{name.split(' (')[0]} passed: {len(inputs)} shapes, from one row to ranges that end inside a tile, "
+    say(f"{name.split(' (')[0]} passed: {len(inputs)} shapes, from one row to ranges that end inside a tile, "
           "and strided x and partial.")
     _report_partial_sums_speed(name, kernel)
 
@@ -515,7 +515,7 @@ def check_layernorm_backward_rows(layernorm_backward_rows_kernel):
             if out is not None:
                 for tensor in out:
                     tensor.fill_(float("nan"))
-    print(f"{name.split(' (')[0]} passed: dx and the partial rows of dgamma and dbeta for {len(inputs)} shapes, "
+    say(f"{name.split(' (')[0]} passed: dx and the partial rows of dgamma and dbeta for {len(inputs)} shapes, "
           "from one row to ranges that end inside a tile, and strided tensors; their sums in a fixed order match "
           "autograd's dgamma and dbeta.")
     _report_backward_speed(name, kernel, sum_partial_rows)

@@ -10,7 +10,7 @@ from ...core import references
 from ...core.runtime import DEVICE
 from ..checking import ExerciseError, compare, run_student_code
 from ..student_kernels import kernel_runs, report_speed, require_kernel
-from .common import Exercise, hidden_case, random_size, random_matrix, without_mask_hints, matches
+from .common import Exercise, hidden_case, random_size, random_matrix, without_mask_hints, matches, say
 
 __all__ = ["check_routing_weights", "launch_row_logsumexp_of_min", "check_row_logsumexp_of_min",
            "launch_coor_descent_row", "check_coor_descent_row"]
@@ -79,7 +79,7 @@ def check_routing_weights(routing_weights):
                     else:
                         hint = "only masked positions are wrong: y must be exactly 0 where mask is False"
             raise ExerciseError(without_mask_hints(error) + (f"\n  hint: {hint}" if hint else "")) from None
-    print(f"Exercise 4.1 passed: {len(cases)} cases, with and without masks, NaN under the mask, "
+    say(f"Exercise 4.1 passed: {len(cases)} cases, with and without masks, NaN under the mask, "
           "y clipped at 1 and batched rows.")
 
 
@@ -165,7 +165,7 @@ def check_row_logsumexp_of_min(row_logsumexp_of_min_kernel):
             except ExerciseError as error:
                 hint = _row_logsumexp_of_min_hint(got, s, a, eps, large)
                 raise ExerciseError(str(error) + (f"\n  hint: {hint}" if hint else "")) from None
-    print(f"Exercise 4.2 passed: {len(inputs)} cases, widths 1 to 100, scores up to ±1e3, "
+    say(f"Exercise 4.2 passed: {len(inputs)} cases, widths 1 to 100, scores up to ±1e3, "
           "-a below every score, a sliced and a transposed s.")
     s = torch.randn(16384, 4096, device=DEVICE) if DEVICE != "cpu" else None
     if s is not None:
@@ -329,7 +329,7 @@ def check_coor_descent_row(coor_descent_row_kernel):
             except ExerciseError as error:
                 hint = _coor_descent_row_hint(got, expected, s, k, n_iters, schedule, large, tolerance)
                 raise ExerciseError(str(error) + (f"\n  hint: {hint}" if hint else "")) from None
-    print(f"{name.split(' (')[0]} passed: {len(cases)} cases, rows of 1 to 100 scores, 1 to 20 iterations, "
+    say(f"{name.split(' (')[0]} passed: {len(cases)} cases, rows of 1 to 100 scores, 1 to 20 iterations, "
           "fixed and falling ε, scores up to ±20, a sliced and a transposed s.")
     s = torch.randn(16384, 1024, device=DEVICE) if DEVICE != "cpu" else None
     out = torch.empty_like(s) if s is not None else None

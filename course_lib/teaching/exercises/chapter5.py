@@ -10,7 +10,7 @@ import triton
 from ...core.runtime import DEVICE, ON_GPU
 from ..checking import ExerciseError, compare, run_student_code
 from ..student_kernels import kernel_runs, report_speed, require_kernel
-from .common import Exercise, hidden_case, matches, random_size
+from .common import Exercise, hidden_case, matches, random_size, say
 
 __all__ = ["check_without_graph_breaks", "launch_scale_columns_backward", "check_scale_columns_backward",
            "launch_scale_columns_forward", "check_scale_columns_op"]
@@ -50,7 +50,7 @@ def check_without_graph_breaks(peak_scaled_softmax):
         reasons = "; ".join(str(b.reason).strip().splitlines()[0] for b in explanation.break_reasons)
         raise ExerciseError(f"{name}: torch.compile still breaks the graph {explanation.graph_break_count} time(s): "
                             f"{reasons}")
-    print("Exercise 5.1 passed: the values of 4 inputs, and torch._dynamo.explain finds one graph, no break.")
+    say("Exercise 5.1 passed: the values of 4 inputs, and torch._dynamo.explain finds one graph, no break.")
 
 
 # ------------------------------------------------------- 5.2: the fused backward kernel
@@ -177,7 +177,7 @@ def check_scale_columns_backward(scale_columns_backward_kernel):
                 f"{error}\n  hint: the last row group ends past n_rows unless rows_per_program divides it, and the "
                 "last column block past n_cols: mask every load and store of the loop with rows < n_rows and "
                 "cols < n_cols, and the store of the partial row with cols < n_cols") from None
-    print(f"{name.split(' (')[0]} passed: {len(cases)} cases, including transposed x and grad_y, a strided w, "
+    say(f"{name.split(' (')[0]} passed: {len(cases)} cases, including transposed x and grad_y, a strided w, "
           "an expanded grad_y and other block sizes.")
     big = DEVICE != "cpu"
     x, grad_y = (torch.randn(8192, 4096, device=DEVICE) for _ in range(2)) if big else (None, None)
@@ -395,5 +395,5 @@ def check_scale_columns_op(scale_columns_forward_kernel, scale_columns_backward_
     _compiled_matches(name, scale_columns_op, forward_kernel, backward_kernel)
     how = ("inductor launching your kernels itself" if ON_GPU else
            "aot_eager, the operator opaque (under the interpreter inductor cannot launch interpreted kernels)")
-    print(f"{name.split(' (')[0]} passed: the forward kernel on {len(inputs)} inputs, the operator's values and "
+    say(f"{name.split(' (')[0]} passed: the forward kernel on {len(inputs)} inputs, the operator's values and "
           f"gradients through both kernels, opcheck, and torch.compile(fullgraph=True) with {how}.")

@@ -8,7 +8,7 @@ import triton
 from ...core.runtime import DEVICE
 from ..checking import ExerciseError, compare
 from ..student_kernels import kernel_runs, report_speed, require_kernel
-from .common import Exercise, hidden_case, random_size
+from .common import Exercise, hidden_case, random_size, say
 
 __all__ = ["launch_add_routed_rows", "check_add_routed_rows",
            "launch_local_attention_forward", "check_local_attention_forward"]
@@ -102,7 +102,7 @@ def check_add_routed_rows(add_routed_rows_kernel):
                 compare(f"{what}" + (f", {how}" if how else ""), got, expected, rtol=1e-6, atol=0)
             except ExerciseError as error:
                 raise _with_hint(error, _add_routed_rows_hint(got, light, heavy, indices)) from None
-    print(f"{name.split(' (')[0]} passed: {len(cases)} shapes, the routed rows added and the others untouched.")
+    say(f"{name.split(' (')[0]} passed: {len(cases)} shapes, the routed rows added and the others untouched.")
     batch, seq_len, num_routed, dim = 8, 4096, 512, 1024
     if DEVICE != "cpu":
         light = torch.randn(batch, seq_len, dim, device=DEVICE)
@@ -282,7 +282,7 @@ def check_local_attention_forward(local_attention_forward_kernel):
                                                  compiled_after_interpreter=passed_interpreted)
                     raise _with_hint(error, hint) from None
                 passed_interpreted = True
-    print(f"{name.split(' (')[0]} passed: {len(cases)} cases, windows from 1 to past the sequence, n not a "
+    say(f"{name.split(' (')[0]} passed: {len(cases)} cases, windows from 1 to past the sequence, n not a "
           "multiple of the tile, head_dim 16 and 32, q, k and v as views.")
     batch, heads, seq_len, head_dim, window = 4, 8, 4096, 64, 128
     if DEVICE != "cpu":

@@ -7,6 +7,7 @@ answer that works only at those sizes fails too.
 """
 
 import dataclasses
+import textwrap
 
 import torch
 
@@ -69,3 +70,8 @@ class Exercise:
     skills: str
     difficulty: int  # 1 (a few lines, one idea) to 5 (a kernel of the course's own size)
     minutes: int  # what a student who has read the chapter needs
+
+
+def say(message):
+    """Print a checker's verdict wrapped to the book's column of 88 characters."""
+    print(textwrap.fill(message, 88, break_on_hyphens=False, break_long_words=False))

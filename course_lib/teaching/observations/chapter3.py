@@ -20,31 +20,31 @@ def column_sums(figures):
     stages = figures["two stages, µs"]
     lock_x = _ratio(lock, max(atomics, stages))
     if lock_x > 2:
-        first = (f"The lock takes {lock_x:.1f}× the time of the slower of the other two: "
-                 "programs queue for each column block's lock.")
+        first = (f"The lock takes {lock_x:.1f}× the time of the slower of the other "
+                 "two: programs queue for each column block's lock.")
     else:
-        first = (f"The lock takes {lock_x:.1f}× the time of the slower of the other two, "
-                 "not twice: here its programs seldom waited for one another.")
+        first = (f"The lock takes {lock_x:.1f}× the time of the slower of the other "
+                 "two, not twice: here its programs seldom waited for one another.")
     stages_x = _ratio(stages, atomics)
     if abs(stages_x - 1) <= 0.15:
-        second = (f" Two stages take {stages_x:.2f}× the time of atomics, as fast within "
-                  "15%: the second launch reads only a few partial rows.")
+        second = (f" Two stages take {stages_x:.2f}× the time of atomics, as fast "
+                  "within 15%: the second launch reads only a few partial rows.")
     elif stages_x > 1:
-        second = (f" Two stages take {stages_x:.2f}× the time of atomics: here the second "
-                  "launch costs more than 15%.")
+        second = (f" Two stages take {stages_x:.2f}× the time of atomics: here the "
+                  "second launch costs more than 15%.")
     else:
-        second = (f" Two stages take {stages_x:.2f}× the time of atomics, faster: here "
-                  "the atomics contend for the same addresses.")
+        second = (f" Two stages take {stages_x:.2f}× the time of atomics, faster: "
+                  "here the atomics contend for the same addresses.")
     varied = [name for name in ("atomics", "lock")
               if figures[f"{name}: distinct results in 20 runs, count"] > 1]
     if len(varied) == 2:
         third = " Atomics and the lock both changed their bits from run to run."
     elif varied:
-        third = (f" Only {varied[0]} changed its bits from run to run here; the other's "
-                 "order happened to repeat, which nothing promises.")
+        third = (f" Only {varied[0]} changed its bits from run to run here; the "
+                 "other's order happened to repeat, which nothing promises.")
     else:
-        third = (" Atomics and the lock repeated their bits in these 20 runs: their order is "
-                 "the scheduler's, so this is luck; only two stages fix it.")
+        third = (" Atomics and the lock repeated their bits in these 20 runs: their "
+                 "order is the scheduler's, so this is luck; only two stages fix it.")
     return first + second + third
 
 
@@ -59,24 +59,23 @@ def profile(figures):
     forward = figures["layernorm_forward_kernel, GPU µs"]
     second = figures["column_sum_kernel, GPU µs"]
     total = backward + forward + second
-    shares = {name: _ratio(us, total) for name, us in
-              (("backward", backward), ("forward", forward), ("second", second))}
+    bwd_share, fwd_share = _ratio(backward, total), _ratio(forward, total)
+    sum_share = _ratio(second, total)
     if backward >= forward:
-        first = (f"The persistent backward takes the largest share of course_lib's step, "
-                 f"{shares['backward']:.0%}")
+        first = ("The persistent backward takes the largest share of course_lib's "
+                 f"step, {bwd_share:.0%}")
     else:
-        first = (f"Here the forward kernel takes more of the step ({shares['forward']:.0%}) "
-                 f"than the persistent backward ({shares['backward']:.0%})")
-    if shares["second"] < 0.1:
-        first += (f"; column_sum_kernel, the second stage, {shares['second']:.0%}: "
+        first = (f"Here the forward kernel takes more of the step ({fwd_share:.0%}) "
+                 f"than the persistent backward ({bwd_share:.0%})")
+    if sum_share < 0.1:
+        first += (f"; column_sum_kernel, the second stage, {sum_share:.0%}: "
                   "reproducible dγ costs little.")
     else:
-        first += (f"; column_sum_kernel, the second stage, {shares['second']:.0%}: "
+        first += (f"; column_sum_kernel, the second stage, {sum_share:.0%}: "
                   "more than a tenth on this GPU.")
     eager_x = _ratio(figures["eager F.layer_norm's kernels, GPU µs"], total)
-    if eager_x >= 1:
-        return first + f" Eager's kernels take {eager_x:.2f}× course_lib's GPU time."
-    return first + f" Eager's kernels take {eager_x:.2f}× course_lib's GPU time, less here."
+    return (first + f" Eager's kernels take {eager_x:.2f}× course_lib's GPU time"
+            + ("." if eager_x >= 1 else ", less here."))
 
 
 @reading("ch3_wide_loads", example={"layernorm_kernel_v1, of C": 0.80,
@@ -84,17 +83,17 @@ def profile(figures):
 def wide_loads(figures):
     """layernorm_kernel_v1 (a load a float) against the package's forward (16 bytes a
     load) on rows of 1000 float32 values, on the GPU alone."""
-    v1, package = figures["layernorm_kernel_v1, of C"], figures["course_lib's forward, of C"]
-    gain = _ratio(package, v1)
+    v1 = figures["layernorm_kernel_v1, of C"]
+    gain = _ratio(figures["course_lib's forward, of C"], v1)
     if gain > 1.05:
-        return (f"The package's forward reaches {gain:.2f}× v1's fraction of C: with a load "
-                "for every four floats it keeps more bytes in flight a thread.")
+        return (f"The package's forward reaches {gain:.2f}× v1's fraction of C: with "
+                "a load for every four floats it keeps more bytes in flight a thread.")
     if gain >= 0.95:
-        return (f"The two are within 5% ({gain:.2f}×): scalar loads still coalesce across a "
-                "warp, and this GPU keeps enough of them in flight.")
-    return (f"v1 is faster here (the package reaches {gain:.2f}× its fraction of C): the "
-            "package's extra work, 64-bit offsets and any strides, costs more than its wide "
-            "loads gain on this GPU.")
+        return (f"The two are within 5% ({gain:.2f}×): scalar loads still coalesce "
+                "across a warp, and this GPU keeps enough of them in flight.")
+    return (f"v1 is faster here (the package reaches {gain:.2f}× its fraction of C): "
+            "the package's extra work, 64-bit offsets and any strides, costs more "
+            "than its wide loads gain on this GPU.")
 
 
 @reading("ch3_split_rows", example={"float32 split rows, of C": 0.85,
@@ -116,11 +115,11 @@ def split_rows(figures):
                      + " and ".join(faster) + ": reading each row once pays.")
     if even:
         parts.append("Within 5% of the fallback, " + " and ".join(even)
-                     + ": a refused cooperative launch would run the fallback both times.")
+                     + ": a refused cooperative launch runs the fallback both times.")
     if slower:
         parts.append("Slower than the fallback, " + " and ".join(slower)
-                     + ": here waiting for each row's slowest block costs more than a second "
-                     "read of x and dy.")
+                     + ": here waiting for each row's slowest block costs more than "
+                     "a second read of x and dy.")
     return " ".join(parts)
 
 
@@ -142,14 +141,16 @@ def backward_host(figures):
         if split > 1.1:
             sentences.append(
                 f"In {dtype} the host's {host:.0f} µs a call exceed the kernels' "
-                f"{graph:.0f} µs ({split:.1f}×): the GPU waits, and do_bench's {bench:.0f} µs "
-                "is mostly host time.")
+                f"{graph:.0f} µs ({split:.1f}×): the GPU waits, and do_bench's "
+                f"{bench:.0f} µs is mostly host time.")
         elif split < 0.9:
             sentences.append(
-                f"In {dtype} the kernels' {graph:.0f} µs exceed the host's {host:.0f} µs a "
-                f"call: the GPU sets the pace, and do_bench's {bench:.0f} µs is the kernels'.")
+                f"In {dtype} the kernels' {graph:.0f} µs exceed the host's "
+                f"{host:.0f} µs a call: the GPU sets the pace, and do_bench's "
+                f"{bench:.0f} µs is the kernels' time.")
         else:
             sentences.append(
-                f"In {dtype} the host's {host:.0f} µs a call and the kernels' {graph:.0f} µs "
-                f"are within 10%: either can set the pace of do_bench's {bench:.0f} µs.")
+                f"In {dtype} the host's {host:.0f} µs a call and the kernels' "
+                f"{graph:.0f} µs are within 10%: either can set the pace of "
+                f"do_bench's {bench:.0f} µs.")
     return " ".join(sentences)
