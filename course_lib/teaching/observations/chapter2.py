@@ -44,7 +44,8 @@ def occupancy(figures):
                   f"{occupancy_1:.0%}): its cap on resident programs or shared memory "
                   "sets the limit, not registers.")
     occupancy_32 = at_32 * 32 / warps
-    third = (f" At 32 warps {at_32:.0f} program(s) fit, {occupancy_32:.0%} of the "
+    fit = "program fits" if round(at_32) == 1 else "programs fit"
+    third = (f" At 32 warps {at_32:.0f} {fit}, {occupancy_32:.0%} of the "
              f"{warps:.0f} warp slots")
     if occupancy_32 >= 0.999:
         third += ": full occupancy."
@@ -70,8 +71,9 @@ def warp_times(figures):
     f32 = figures["float32 at 32 warps, of C"]
     b32 = figures["bfloat16 at 32 warps, of C"]
     if one >= f32 + 0.1:
-        first = (f"One warp, the lowest occupancy, reaches {one:.2f} of C in float32, "
-                 f"more than 32 warps ({f32:.2f}): the time does not follow occupancy.")
+        first = (f"One warp a program reaches {one:.2f} of C in float32, more than "
+                 f"32 warps ({f32:.2f}), which keep more warps resident: the time does "
+                 "not follow occupancy.")
     elif one > f32 - 0.1:
         first = (f"One warp ({one:.2f} of C in float32) and 32 warps ({f32:.2f}) come "
                  "within 0.1 of C: here occupancy hardly moves the time.")
@@ -170,7 +172,7 @@ def autotune(figures):
     first_s = get("first call", 1024) / 1e6
     again_s = get("tuning again", 1024) / 1e6
     if len(compiled) == 2:
-        second = (f" Compiling is part of the first call: on rows of 1024 it took "
+        second = (f" Compiling is part of the first call: on rows of 1024 that took "
                   f"{first_s:.2f} s, tuning again with every config compiled "
                   f"{again_s:.2f} s.")
     else:
