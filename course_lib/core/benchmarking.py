@@ -10,7 +10,9 @@ import functools
 import json
 import re
 import statistics
+import textwrap
 import time
+import warnings
 from pathlib import Path
 from typing import NamedTuple
 
@@ -90,8 +92,9 @@ def gpu_only_ms(fn, runs=50):
             if len(times) == runs:
                 return statistics.median(times)
         elif sleep_cycles >= longest_sleep:
-            print(f"gpu_only_ms: {getattr(fn, '__name__', fn)} waits for the GPU inside the call (it synchronizes); "
-                  "its GPU time is the sum of its kernels' times", flush=True)
+            print(textwrap.fill(f"gpu_only_ms: {getattr(fn, '__name__', fn)} waits for the GPU inside the call "
+                                "(it synchronizes); its GPU time is the sum of its kernels' times", 88),
+                  flush=True)
             return kernel_ms(fn)
         else:
             sleep_cycles *= 2
@@ -109,11 +112,13 @@ def kernel_ms(fn, calls=5):
     the profiler, a mean over ``calls`` calls (gaps between kernels not counted)."""
     fn()
     torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    return sum(e.device_time for e in gpu_events(profile)) / calls / 1e3
+    with warnings.catch_warnings():  # "Profiler clears events at the end of each cycle": one cycle here
+        warnings.filterwarnings("ignore", message=".*Profiler clears events", category=UserWarning)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize()
+        return sum(e.device_time for e in gpu_events(profile)) / calls / 1e3
 
 
 def gpu_events(profile):

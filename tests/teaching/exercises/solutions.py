@@ -11,6 +11,7 @@ longer contains). The cell runs from a file, because ``@triton.jit`` reads its s
 import hashlib
 import importlib.util
 import json
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -38,15 +39,36 @@ def solution_source(notebook, exercise):
     return "\n\n".join(sources)
 
 
+def layout_free(text):
+    """A pattern matching ``text`` however its lines are folded: any run of whitespace may be
+    another run (a line break and indentation, say), and a break may follow an opening bracket
+    or comma or come before a closing bracket. The solutions are wrapped to the book's column."""
+    pattern = ""
+    for char in text.strip():
+        if char.isspace():
+            pattern += "" if pattern.endswith(r"\s*") else r"\s*"
+        elif char in "([{,":
+            pattern += re.escape(char) + r"\s*"
+        elif char in ")]}":
+            pattern += (r"" if pattern.endswith(r"\s*") else r"\s*") + re.escape(char)
+        else:
+            pattern += re.escape(char)
+    return pattern
+
+
 def solution(notebook, exercise, mistakes=None, prelude=""):
     """The solution cell of exercise ``N.M`` run as a module, with each ``old: new`` of
     ``mistakes`` applied to its source first. ``prelude`` is code the cell needs from the
     notebook's earlier cells."""
     source = solution_source(notebook, exercise)
     for old, new in (mistakes or {}).items():
-        if old not in source:
+        if old in source:
+            source = source.replace(old, new)
+            continue
+        found = re.compile(layout_free(old))  # the same code folded to the book's column
+        if not found.search(source):
             raise AssertionError(f"exercise {exercise}'s solution no longer contains {old!r}: update the test")
-        source = source.replace(old, new)
+        source = found.sub(lambda match: new, source)
     text = PRELUDE + prelude + "\n" + source + "\n"
     key = hashlib.sha1(text.encode()).hexdigest()[:16]
     if key not in _loaded:

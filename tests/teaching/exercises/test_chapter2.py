@@ -71,7 +71,7 @@ def test_causal_softmax_names_the_mistake(mistake, message):
     ({"grown_max = tl.maximum(row_max, tl.max(tile, axis=0))": "grown_max = tl.max(tile, axis=0)"},
      "the maximum is the last tile's only"),
     ({'other=float("-inf")': "other=0.0"}, "past the end of the row count in the sum"),
-    ({"row_sum = row_sum * tl.exp(row_max - grown_max) + tl.sum": "row_sum = tl.sum"},
+    ({"(row_sum * tl.exp(row_max - grown_max) + tl.sum": "(tl.sum"},
      "the sum is the last tile's only"),
     ({"tile = tl.load(x_row + cols, mask=cols < n_cols)\n": "tile = tl.load(x_row + cols)\n"}, "out of bounds"),
 ])

@@ -107,7 +107,8 @@ def test_coor_descent_row_refuses_what_is_not_a_kernel(answer, message):
       "a = eps * logk - (z_max + eps * tl.log(total))": "a = eps * logk - eps * tl.log(total)"}, "exp overflowed"),
     ({"range(1, n_iters)": "range(2, n_iters)"}, "one iteration fewer"),
     ({"range(1, n_iters)": "range(0, n_iters)"}, "one iteration more"),
-    ({"    eps = tl.maximum(eps * eps_decay, eps_min)  # y divides": "    # y divides"}, "decay once more"),
+    ({"    # y divides by the eps after the last decay\n    eps = tl.maximum(eps * eps_decay, eps_min)\n":
+      "    # y divides by the eps after the last decay\n"}, "decay once more"),
     ({"a = eps * (logk - tl.log(tl.sum(in_row.to(tl.float32), axis=0)))": "a = 0.0 * eps",
       "range(1, n_iters)": "range(0, n_iters)"}, "starts from b = -s"),  # iteration 0 run from a = 0
     ({"in_row = cols < n_cols": "in_row = cols <= n_cols"}, "out of bounds"),  # one lane past each row
