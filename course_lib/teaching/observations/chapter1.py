@@ -11,16 +11,24 @@ def odd_widths(figures):
     base = figures["1024 columns, µs"]
     vec = figures["1000 columns, µs"] / figures["1008 columns, µs"]
     odd = figures["1023 columns, µs"] / base
-    first = (f"1000 columns (VEC = 8) take {vec:.2f}× the time of 1008, "
-             + ("as fast within 10%: the hint gave the compiler its 16-byte loads."
-                if vec <= 1.10 else
-                "more than 10% longer: on this GPU the hint did not make up for what "
-                "1008's strides prove."))
-    second = (f" 1023 columns, a load per value, take {odd:.2f}× the time of 1024: "
-              + ("within 15%, the narrow-load tiles keep enough loads in flight here."
-                 if odd <= 1.15 else
-                 "over 15% longer, so here loads of one value each cost more than the "
-                 "extra loads in flight win back; pad such rows to a multiple of 8."))
+    first = f"1000 columns (VEC = 8) take {vec:.2f}× the time of 1008, "
+    if vec > 1.10:
+        first += ("more than 10% longer: on this GPU the hint did not make up for what "
+                  "1008's strides prove.")
+    elif vec >= 1 / 1.10:
+        first += "as fast within 10%: the hint gave the compiler its 16-byte loads."
+    else:
+        first += ("faster than 1008 here: these calls are short, and from one to the next "
+                  "their times move by more than a load's width costs.")
+    second = f" 1023 columns, a load per value, take {odd:.2f}× the time of 1024: "
+    if odd > 1.15:
+        second += ("over 15% longer, so here loads of one value each cost more than the extra "
+                   "loads in flight win back; pad such rows to a multiple of 8.")
+    elif odd >= 1 / 1.15:
+        second += "within 15%, the narrow-load tiles keep enough loads in flight here."
+    else:
+        second += ("faster than 1024 here: these calls are short, and from one to the next "
+                   "their times move by more than the width of a load costs.")
     return first + second
 
 
