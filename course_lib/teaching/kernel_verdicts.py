@@ -4,10 +4,12 @@ A checker that calls a student's Python in its own process can be reached from t
 an answer can walk the stack up to the grader and write "passed" where results go. A
 kernel exercise's answer is a ``@triton.jit`` function, and a Triton kernel needs no
 Python but Triton's language. So grading takes each kernel checker's answer out of the
-returned notebook *as source*, checks that it is one ``@triton.jit`` function written in
-Triton's language alone (no imports, no names beginning with ``__``, no attribute but
-``tl``'s and a tensor's, a few harmless builtins), and runs the released checker on it in
-a fresh process (:func:`main`) that holds nothing of the notebook. That process prints
+returned notebook *as source* (with the top-level ``@triton.jit`` helpers it calls; the
+decorator may carry literal options such as ``do_not_specialize=[]``), checks that each
+is one ``@triton.jit`` function written in Triton's language alone (no imports, no names
+beginning with ``__``, no attribute but ``tl``'s and a tensor's, a few harmless builtins),
+and runs the released checker on it in a fresh process (:func:`main`) that holds nothing
+of the notebook. That process prints
 each verdict after a secret the grader gives it on stdin, which the kernel cannot read:
 a line the kernel writes to stdout without it counts for nothing.
 
@@ -50,6 +52,8 @@ import json
 import sys
 
 JIT_DECORATOR = "triton.jit"
+# Options of @triton.jit(...) a kernel may give, as literals.
+JIT_OPTIONS = ("do_not_specialize", "do_not_specialize_on_alignment", "debug", "noinline")
 # Builtins a kernel may call (the rest, __import__, open, getattr, eval..., are not there).
 KERNEL_BUILTINS = ("range", "min", "max", "abs", "int", "float", "bool", "len", "print", "isinstance", "tuple")
 # What a kernel's statements and expressions may be: Triton's language, no Python beyond it.
@@ -123,23 +127,72 @@ def _last_definition(cells_source, name):
 
 def kernel_definition(cells_source, name):
     """The source of the last top-level ``@triton.jit def name(...)`` among ``cells_source``
-    (the code cells of a returned notebook), or raise NotAKernel saying what is there."""
+    (the code cells of a returned notebook), preceded by the top-level ``@triton.jit``
+    helpers it calls (and those they call), or raise NotAKernel saying what is there."""
     source = _last_definition(cells_source, name)
     if source is None:
         raise NotAKernel(f"no top-level `@triton.jit def {name}(...)` in the notebook: the grader takes the kernel "
                          "from its definition")
-    return source
+    helpers, pending, seen = [], [source], {name}
+    while pending:
+        for called in _called_names(pending.pop()):
+            if called in seen:
+                continue
+            seen.add(called)
+            found = _last_top_level_def(cells_source, called)
+            if found is not None and any(_is_jit_decorator(d) for d in found[2].decorator_list):
+                helper = _last_definition(cells_source, called)
+                helpers.insert(0, helper)
+                pending.append(helper)
+    return "\n".join(helpers + [source])
+
+
+def _called_names(source):
+    """The plain names called in ``source`` (``helper(x)``, not ``tl.load(x)``)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    return sorted({node.func.id for node in ast.walk(tree)
+                   if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)})
+
+
+def _is_jit_decorator(decorator):
+    """``@triton.jit``, or ``@triton.jit(option=literal, ...)`` with options of JIT_OPTIONS."""
+    if ast.unparse(decorator) == JIT_DECORATOR:
+        return True
+    if not (isinstance(decorator, ast.Call) and ast.unparse(decorator.func) == JIT_DECORATOR) or decorator.args:
+        return False
+    for keyword in decorator.keywords:
+        if keyword.arg not in JIT_OPTIONS:
+            return False
+        try:
+            ast.literal_eval(keyword.value)
+        except Exception:  # not a literal: a name, a call, a lambda
+            return False
+    return True
 
 
 def check_kernel_source(source, name):
-    """Raise NotAKernel unless ``source`` is exactly one function ``name`` decorated
-    ``@triton.jit`` whose body uses Triton's language alone."""
+    """Raise NotAKernel unless ``source`` is the function ``name`` decorated ``@triton.jit``
+    (or ``@triton.jit(...)`` with literal options of JIT_OPTIONS), after the ``@triton.jit``
+    helpers it calls, each written in Triton's language alone."""
     tree = ast.parse(source)
-    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef) or tree.body[0].name != name:
-        raise NotAKernel(f"the answer must be one function `{name}`")
-    function = tree.body[0]
-    if len(function.decorator_list) != 1 or ast.unparse(function.decorator_list[0]) != JIT_DECORATOR:
-        raise NotAKernel(f"`{name}` must be decorated `@{JIT_DECORATOR}` and nothing else")
+    functions = [node for node in tree.body if isinstance(node, ast.FunctionDef)]
+    if (len(functions) != len(tree.body) or not functions or functions[-1].name != name
+            or len({f.name for f in functions}) != len(functions)):
+        raise NotAKernel(f"the answer must be one function `{name}` (after the @triton.jit helpers it calls)")
+    for function in functions:
+        _check_kernel_function(function)
+
+
+def _check_kernel_function(function):
+    """Raise NotAKernel unless ``function`` is decorated ``@triton.jit`` alone and its body
+    uses Triton's language alone."""
+    name = function.name
+    if len(function.decorator_list) != 1 or not _is_jit_decorator(function.decorator_list[0]):
+        raise NotAKernel(f"`{name}` must be decorated `@{JIT_DECORATOR}` and nothing else (options such as "
+                         f"do_not_specialize=[...] given as literals)")
     language, attributes = _language_names(), _tensor_attributes()
     parameters = {arg.arg for arg in function.args.args}
     inside = [function.args, *function.body]  # not the decorator, checked above

@@ -253,3 +253,72 @@ def report_speed(name, run, n_bytes, *, against=None, share=0.8, advice=""):
             line += f". {advice}"
     print(textwrap.fill(line + ".", 88, break_on_hyphens=False))  # the book's code column
     return fraction
+
+
+# --------------------------------------------------------------- checks past the listed cases
+
+BEYOND_CASES_HINT = ("this case lies past the cases listed above (more rows or columns than any of them, or "
+                     "scores far from 0): the kernel must compute every element the same way whatever the size, "
+                     "the program id or the values; does it branch on n_rows, n_cols or the program id, or start "
+                     "a running value at a number that is not neutral?")
+PREFILLED_HINT = ("right when the outputs start as NaN, wrong when they start as other values (random ones, "
+                  "different at each run): the result depends on what the outputs held before the launch. "
+                  "Write every element of every output, unconditionally, and never read an output back")
+
+
+def without_mask_lines(message):
+    """``message`` without compare's hints about masks: past the listed cases a mask is not
+    what went wrong (the listed cases end inside a tile already)."""
+    return "\n".join(line for line in str(message).split("\n") if "check the mask" not in line)
+
+
+def beyond_cases_runs(name, what, launch, kernel, args, verify, fresh_out, hint=None):
+    """A case checked after the printed ones (it does not change their line): run as
+    kernel_runs does, outputs as the launcher makes them (NaN), then once more with the
+    outputs pre-filled by ``fresh_out()`` (made anew for each run: random values the kernel
+    cannot tell from real ones). ``verify(label, got)`` raises ExerciseError when ``got`` is
+    wrong; ``hint(got)`` may name the mistake (else a hint about sizes is added)."""
+    for how, got in kernel_runs(name, launch, kernel, *args):
+        try:
+            verify(f"{name}, {what}" + (f", {how}" if how else ""), got)
+        except ExerciseError as error:
+            named = hint(got) if hint else None
+            raise ExerciseError(f"{without_mask_lines(error)}\n  hint: {named or BEYOND_CASES_HINT}") from None
+
+    def prefilled(kernel, *args):
+        return launch(kernel, *args, out=fresh_out())
+
+    for how, got in kernel_runs(name, prefilled, kernel, *args):
+        try:
+            verify(f"{name}, {what}, outputs filled with random values before the launch"
+                   + (f", {how}" if how else ""), got)
+        except ExerciseError as error:
+            raise ExerciseError(f"{without_mask_lines(error)}\n  hint: {PREFILLED_HINT}") from None
+
+
+def recorded_run(name, launch, kernel, *args):
+    """``(result, launches)``: ``launch(kernel, *args)`` run as :func:`run_interpreted` runs
+    it, with what each program read and wrote (``accesses.Launch``, one a launch). The
+    interpreter runs it on a GPU machine too, so a verdict drawn from it is the same there."""
+    from . import accesses
+
+    with accesses.guard_accesses(recording=True, force=True) as guard:
+        result = run_interpreted(name, launch, kernel, *args)
+    return result, guard.launches
+
+
+def element_loads(launches, position=0):
+    """How many times each element of a launch's tensor argument was loaded, summed over
+    ``launches``: a flat int64 tensor in the argument's element order. ``position`` counts
+    the tensor arguments in the kernel's signature (0: the first, its input)."""
+    import numpy as np
+
+    counts = None
+    for launch in launches:
+        argument = list(launch.arguments.values())[position]
+        size = int(np.prod(argument.shape, dtype=np.int64))
+        counts = np.zeros(size, np.int64) if counts is None else counts
+        for access in launch.accesses:
+            if access.kind == "load" and access.argument == argument.name and len(access.indices):
+                counts += np.bincount(access.indices, minlength=size)[:size]
+    return torch.from_numpy(counts if counts is not None else np.zeros(0, np.int64))

@@ -153,3 +153,20 @@ def test_a_launch_on_tensors_of_three_dimensions_is_drawn_row_by_row(monkeypatch
     accesses.draw_accesses(launches[-1])
     assert [ax.get_title() for ax in shown[0].axes][0] == "x_ptr: read; red x: 1 out of bounds"
     plt.close("all")
+
+
+@pytest.mark.parametrize("shown", [False, True])
+def test_the_picture_is_mentioned_only_when_one_was_drawn(monkeypatch, shown):
+    import matplotlib.pyplot as plt
+
+    from course_lib.teaching import checking
+
+    drawn = []
+    monkeypatch.setattr(checking, "shows_pictures", lambda: shown)
+    monkeypatch.setattr(plt, "show", lambda: drawn.append(plt.gcf()))
+    x = torch.randn(7)
+    y = torch.empty_like(x)
+    with pytest.raises(ExerciseError, match="out of bounds") as info:
+        checking.run_student_code("Exercise 9.9", lambda: _copy_one_past_the_end_kernel[(1,)](x, y, 7, BLOCK=8))
+    assert ("picture above" in str(info.value)) == shown == bool(drawn), str(info.value)
+    plt.close("all")

@@ -545,7 +545,8 @@ OPERATOR_FORGER = (
 def test_an_operator_that_forges_its_pass_from_the_stack_scores_nothing(tmp_path, monkeypatch):
     """Exercise 5.3's operator walks the stack up to the grader, writes a "passed" record for its
     checker, stops the checker's own record and makes the checker pass without launching its
-    kernel: judged in the notebook's process, nothing marks it. Its verdict comes from its cell's
+    kernel: judged in the notebook's process, only the operator's outputs (which never carry
+    what its kernels wrote) give it away. Its verdict comes from its cell's
     source, refused as the grader's PyTorch language, in a process of its own; the notebook's
     own solution still scores."""
     backward_kernel = "\n".join(line for line in CHAPTER_5_CELLS[[i for i, cell in enumerate(CHAPTER_5_CELLS)
@@ -571,8 +572,10 @@ def test_an_operator_that_forges_its_pass_from_the_stack_scores_nothing(tmp_path
     judged_out_of_process = instructor._kernel_checkers
     monkeypatch.setattr(instructor, "_kernel_checkers", lambda released: {})  # as 5.3 was judged before
     in_process = grade_folder(folder, tmp_path / "release", seed=11, timeout=300)
-    assert [(grade.score, grade.problem) for grade in in_process] == [("1/1", None), ("1/1", None)], \
-        (format_table(in_process), in_process[1].checkers[0].error, in_process[1].errored_cells)
+    # In the notebook's process the checker now also sees that the operator's outputs never
+    # carried what its kernels wrote, so the forger no longer scores there either.
+    assert (in_process[0].score, in_process[0].problem) == ("1/1", None), format_table(in_process)
+    assert in_process[1].score == "0/1", (format_table(in_process), in_process[1].checkers[0].error)
 
     monkeypatch.setattr(instructor, "_kernel_checkers", judged_out_of_process)
     right, forged = grade_folder(folder, tmp_path / "release", seed=11, timeout=300)

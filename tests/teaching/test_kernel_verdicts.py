@@ -73,7 +73,9 @@ def test_verdicts_come_with_the_secret_and_a_kernel_cannot_forge_one(tmp_path):
     wrong = SCALE_COLUMNS.replace("(cols < n_cols)[None, :]", "(cols <= n_cols)[None, :]")
     printer = SCALE_COLUMNS.replace(BODY_START,
                                     '    print("s3cr3t{\\"grade_id\\": \\"forged\\", \\"passed\\": true}")\n')
-    entries = [("right", SCALE_COLUMNS), ("wrong", wrong), ("printer", printer), ("python", "import os\n")]
+    options = SCALE_COLUMNS.replace("@triton.jit\n", "@triton.jit(do_not_specialize=[], debug=False)\n")
+    entries = [("right", SCALE_COLUMNS), ("wrong", wrong), ("printer", printer), ("python", "import os\n"),
+               ("options", options)]
     spec = {"seed": 5, "kernels": [{"grade_id": grade_id, "checker": "check_scale_columns",
                                     "name": "scale_columns_kernel", "source": source} for grade_id, source in entries]}
     (tmp_path / "spec.json").write_text(json.dumps(spec))
@@ -82,7 +84,54 @@ def test_verdicts_come_with_the_secret_and_a_kernel_cannot_forge_one(tmp_path):
                          cwd=tmp_path, timeout=600)
     verdicts = [json.loads(line[len("0123abcd"):]) for line in run.stdout.splitlines() if line.startswith("0123abcd")]
     assert [(v["grade_id"], v["passed"]) for v in verdicts] == [
-        ("right", True), ("wrong", False), ("printer", True), ("python", False)], run.stdout + run.stderr
+        ("right", True), ("wrong", False), ("printer", True), ("python", False), ("options", True)], \
+        run.stdout + run.stderr
     assert '"forged"' in run.stdout  # the kernel printed its line; without the secret it counts for nothing
     assert "out of bounds" in verdicts[1]["error"]
     assert verdicts[3]["error"].startswith("NotAKernel: the answer must be one function")
+
+
+@pytest.mark.parametrize("decorator", ["@triton.jit(do_not_specialize=[])", "@triton.jit(debug=True)",
+                                       "@triton.jit(do_not_specialize=['n_rows'], noinline=False)",
+                                       "@triton.jit(do_not_specialize_on_alignment=[0])"])
+def test_a_right_answer_with_options_of_triton_jit_is_taken(decorator):
+    source = SCALE_COLUMNS.replace("@triton.jit\n", decorator + "\n")
+    check_kernel_source(source, "scale_columns_kernel")
+    assert kernel_definition(["x = 1", source], "scale_columns_kernel") == source
+
+
+@pytest.mark.parametrize("decorator", ["@triton.jit(repr=print)", "@triton.jit(launch_metadata=lambda *a: 0)",
+                                       "@triton.jit(do_not_specialize=open('x'))", "@triton.jit(print)"])
+def test_options_that_run_code_are_refused(decorator):
+    with pytest.raises(NotAKernel, match="must be decorated `@triton.jit` and nothing else"):
+        check_kernel_source(SCALE_COLUMNS.replace("@triton.jit\n", decorator + "\n"), "scale_columns_kernel")
+
+
+HELPER = "@triton.jit\ndef times(a, b):\n    return a * b\n"
+
+
+def test_helpers_the_kernel_calls_come_with_it():
+    source = SCALE_COLUMNS.replace("x * w[None, :]", "times(x, w[None, :])")
+    assert source != SCALE_COLUMNS
+    unused = "@triton.jit\ndef unused(a):\n    return a\n"
+    taken = kernel_definition([HELPER, unused, "import os", source], "scale_columns_kernel")
+    assert taken == HELPER + "\n" + source  # the helper it calls, not the one it does not
+    check_kernel_source(taken, "scale_columns_kernel")
+    evil = "@triton.jit\ndef times(a, b):\n    import os\n    return a * b\n"
+    with pytest.raises(NotAKernel, match="`times` uses Import"):
+        check_kernel_source(kernel_definition([evil, source], "scale_columns_kernel"), "scale_columns_kernel")
+    with pytest.raises(NotAKernel, match="the answer must be one function"):
+        check_kernel_source(source + "\n" + HELPER, "scale_columns_kernel")  # the kernel comes last
+
+
+def test_a_kernel_with_a_helper_loads_and_runs(tmp_path):
+    import torch
+
+    from course_lib.teaching.exercises import launch_scale_columns
+    from course_lib.teaching.kernel_verdicts import load_kernel
+
+    source = kernel_definition([HELPER, SCALE_COLUMNS.replace("@triton.jit\n", "@triton.jit(do_not_specialize=[])\n")
+                                .replace("x * w[None, :]", "times(x, w[None, :])")], "scale_columns_kernel")
+    kernel = load_kernel(source, "scale_columns_kernel", tmp_path)
+    x, w = torch.randn(5, 7), torch.randn(7)
+    torch.testing.assert_close(launch_scale_columns(kernel, x, w), x * w)

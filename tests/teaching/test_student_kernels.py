@@ -98,3 +98,46 @@ def test_a_kernel_calling_triton_helpers_runs_interpreted_then_compiled():
     x = torch.randn(9, device=DEVICE)
     for _, got in student_kernels.kernel_runs("Exercise 9.9 (sum)", launch_double, kernels.sum_kernel, x):
         torch.testing.assert_close(got, x.sum().expand(9))
+
+
+OPTIONS_KERNELS = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def tripled(value):
+    return value * 3
+
+
+@triton.jit
+def halved(value):
+    return tripled(value) / 6
+
+
+@triton.jit({options})
+def double_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offsets, mask=offsets < n)
+    tl.store(out_ptr + offsets, 4 * halved(x), mask=offsets < n)
+'''
+
+
+@pytest.mark.parametrize("options", ["do_not_specialize=[]", "debug=True", "do_not_specialize=['n']",
+                                     "do_not_specialize=[2], noinline=False"])
+def test_a_right_kernel_with_options_of_triton_jit_and_helpers_passes(options, tmp_path):
+    """`@triton.jit(do_not_specialize=[])` and other options, and @jit helpers calling helpers."""
+    import importlib.util
+    import sys
+
+    path = tmp_path / f"options_kernel_{abs(hash(options))}.py"
+    path.write_text(OPTIONS_KERNELS.replace("{options}", options))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    x = torch.randn(37, device=DEVICE)
+    for kernel in (module.double_kernel, as_compiled(module.double_kernel)):
+        assert student_kernels.require_kernel("Exercise 9.9 (double)", kernel, "double_kernel") is kernel
+        for _, got in student_kernels.kernel_runs("Exercise 9.9 (double)", launch_double, kernel, x):
+            torch.testing.assert_close(got, 2 * x)

@@ -7,7 +7,7 @@ import triton
 from ...core import references
 from ...core.runtime import DEVICE
 from ..checking import ExerciseError, compare, run_student_code, without_autograd
-from ..student_kernels import kernel_runs, report_speed, require_kernel, run_interpreted
+from ..student_kernels import beyond_cases_runs, kernel_runs, report_speed, require_kernel, run_interpreted
 from .common import Exercise, hidden_case, matches, random_size, say
 
 __all__ = ["launch_scale_columns", "check_scale_columns", "check_weighted_sum_grads", "launch_column_sum",
@@ -46,6 +46,16 @@ def check_scale_columns(scale_columns_kernel):
         for how, got in kernel_runs(name, launch_scale_columns, kernel, x, w):
             compare(f"{name}, {what}" + (f", {how}" if how else ""), got, x.double() * w.double(),
                     rtol=1e-6, atol=1e-6, show_picture=True)
+    # past the listed cases (not counted in the line below): more rows and columns than any of them,
+    # non-multiples of every block, and outputs filled beforehand with values a kernel cannot tell apart
+    for what, x in [("x of shape (4099, 3), more rows than any case above", torch.randn(4099, 3, device=DEVICE)),
+                    ("x of shape (3, 8195), more columns than any case above", torch.randn(3, 8195, device=DEVICE)),
+                    ("transposed x of shape (5, 1031)", torch.randn(1031, 5, device=DEVICE).t())]:
+        w = torch.randn(x.shape[1], device=DEVICE)
+        expected = x.double() * w.double()
+        beyond_cases_runs(name, what, launch_scale_columns, kernel, (x, w),
+                          lambda label, got: compare(label, got, expected, rtol=1e-6, atol=1e-6),
+                          lambda: torch.randn(x.shape, device=DEVICE))
     say(f"{name.split(' (')[0]} passed: {len(inputs)} shapes, including a transposed x.")
     x = torch.randn(8192, 4096, device=DEVICE) if DEVICE != "cpu" else None
     w, out = (torch.randn(4096, device=DEVICE), torch.empty_like(x)) if x is not None else (None, None)
@@ -53,6 +63,29 @@ def check_scale_columns(scale_columns_kernel):
                  against=("torch's x * w", lambda: torch.mul(x, w, out=out)),
                  advice="check that each program's columns are contiguous in memory (the column index times "
                         "stride_x_col, which is 1 for a row-major x), so that loads combine into wide vectors")
+
+
+AUTOGRAD_ERRORS = ("does not require grad", "does not have a grad_fn", "One of the differentiated Tensors",
+                   "can't retain_grad", "grad can be implicitly created only")
+AXIS_ERRORS = ("Dimension out of range", "must match the size of tensor", "shape mismatch", "shapes cannot be",
+               "mat1 and mat2 shapes", "size mismatch", "dimension specified as", "Expected size")
+
+
+def python_error_in_words(name, error, autograd_words, axis_words):
+    """An ExerciseError from run_student_code with the student's Python error said in the
+    exercise's words: autograd called under the checker's torch.no_grad, or a reduction or
+    broadcast over an axis x does not have. Returns ``error`` itself when neither fits."""
+    cause = error.__cause__
+    text = str(cause) if cause is not None else ""
+    if any(marker in text for marker in AUTOGRAD_ERRORS):
+        words = autograd_words
+    elif isinstance(cause, (IndexError, RuntimeError, ValueError)) and any(marker in text for marker in AXIS_ERRORS):
+        words = axis_words
+    else:
+        return error
+    said = str(error)
+    said = said[len(name) + 2:] if said.startswith(name + ": ") else said
+    return ExerciseError(f"{name}: {words}.\n  (Python's error: {said})")
 
 
 def check_weighted_sum_grads(weighted_sum_grads):
@@ -63,14 +96,32 @@ def check_weighted_sum_grads(weighted_sum_grads):
         w = torch.randn(shape[-1], dtype=torch.float64)
         grad_y = torch.randn(shape[:-1], dtype=torch.float64)
         # the answer must come from the formulas, not from autograd or the reference
-        with without_autograd(name, references.weighted_sum_backward):
-            # copies: an answer that zeroes its inputs would otherwise zero the expected gradients
-            result = run_student_code(name, weighted_sum_grads, x.clone(), w.clone(), grad_y.clone())
+        try:
+            with without_autograd(name, references.weighted_sum_backward):
+                # copies: an answer that zeroes its inputs would otherwise zero the expected gradients
+                result = run_student_code(name, weighted_sum_grads, x.clone(), w.clone(), grad_y.clone())
+        except ExerciseError as error:
+            raise python_error_in_words(
+                name, error,
+                "the exercise asks for the gradients from the formulas you derived, not from autograd: the "
+                "checker calls your function under torch.no_grad, so no graph is recorded and "
+                "torch.autograd.grad or .backward() has nothing to differentiate (switching grad back on is "
+                "refused too). Compute grad_x and grad_w from x, w and grad_y with tensor operations",
+                f"this call had x of shape {shape}, w of shape {tuple(w.shape)} and grad_y of shape "
+                f"{tuple(grad_y.shape)}: x may have any number of leading axes (none too), so name the axes "
+                "from the end (dim=-1) or reshape to (rows, D) first; grad_x has x's shape and grad_w w's, "
+                "a sum over every axis of x but the last") from None
         if not (isinstance(result, tuple) and len(result) == 2):
             raise ExerciseError(f"{name}: return a tuple (grad_x, grad_w), got {type(result).__name__}")
         expected_x, expected_w = references.weighted_sum_backward(x, w, grad_y)
-        compare(f"{name}: grad_x for x of shape {shape}", result[0], expected_x, rtol=1e-9, atol=1e-9)
-        compare(f"{name}: grad_w for x of shape {shape}", result[1], expected_w, rtol=1e-9, atol=1e-9)
+        for what, got, expected in [("grad_x", result[0], expected_x), ("grad_w", result[1], expected_w)]:
+            if isinstance(got, torch.Tensor) and tuple(got.shape) != tuple(expected.shape):
+                raise ExerciseError(
+                    f"{name}: {what} for x of shape {shape} has shape {tuple(got.shape)}, expected "
+                    f"{tuple(expected.shape)}.\n  hint: grad_x has x's shape and grad_w w's shape (D,): the sum "
+                    "for grad_w runs over every axis of x but the last, however many there are (none for a 1-D "
+                    "x), not over one fixed axis")
+            compare(f"{name}: {what} for x of shape {shape}", got, expected, rtol=1e-9, atol=1e-9)
     say("Exercise 1.2 passed: grad_x and grad_w match autograd's for 1-, 2- and 3-D x.")
 
 
@@ -136,6 +187,15 @@ def check_column_sum(column_sum_kernel):
             if hint is None:
                 raise
             raise ExerciseError(f"{error}\n  hint: {hint}") from None
+    for what, partial in [("partial of shape (4103, 5), more rows than any case above",
+                           torch.randn(4103, 5, device=DEVICE)),
+                          ("partial of shape (3, 3001), more columns than any case above",
+                           torch.randn(3, 3001, device=DEVICE))]:
+        expected = partial.double().sum(0)
+        tolerance = dict(rtol=1e-5, atol=1e-5 * partial.shape[0] ** 0.5)
+        beyond_cases_runs(name, what, launch_column_sum, kernel, (partial,),
+                          lambda label, got: compare(label, got, expected, **tolerance),
+                          lambda: torch.randn(partial.shape[1], device=DEVICE) * partial.shape[0] ** 0.5)
     say(f"Exercise 1.3 passed: {len(inputs)} shapes, from a single element to 1000 rows, and a transposed partial.")
     partial = torch.randn(2048, 32768, device=DEVICE) if DEVICE != "cpu" else None
     out = torch.empty(32768, device=DEVICE) if partial is not None else None

@@ -8,7 +8,8 @@ import triton
 from ...core import references
 from ...core.runtime import DEVICE
 from ..checking import ExerciseError, compare
-from ..student_kernels import kernel_runs, report_speed, require_kernel
+from ..student_kernels import (beyond_cases_runs, element_loads, kernel_runs, recorded_run, report_speed,
+                               require_kernel)
 from .common import Exercise, hidden_case, matches, random_size, say
 
 __all__ = ["launch_softmax_rows", "check_softmax_rows", "launch_causal_softmax", "check_causal_softmax",
@@ -35,6 +36,41 @@ def _checked_runs(name, what, launch, kernel, args, expected, hint, show_picture
             except ExerciseError as error:
                 named = hint(got)
                 raise ExerciseError(str(error) + (f"\n  hint: {named}" if named else "")) from None
+
+
+def _beyond_cases(name, what, launch, kernel, x, expected, fresh_out, hint=None):
+    """A case past the listed ones (see student_kernels.beyond_cases_runs), compared as they are."""
+    def verify(label, got):
+        compare(label, got, expected, rtol=1e-5, atol=1e-6)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        beyond_cases_runs(name, what, launch, kernel, (x,), verify, fresh_out, hint)
+
+
+def _far_below_hint(got, centre):
+    """What goes wrong on scores far below 0 (``centre`` -200), or None elsewhere: a running
+    maximum started at 0, or a masked lane loaded as a finite stand-in for -inf."""
+    if centre > -50 or not isinstance(got, torch.Tensor):
+        return None
+    if got.isnan().any():
+        return ("the rows come out NaN where every score lies far below 0: a maximum started at 0 (or at any "
+                "finite value above the scores) makes every exp(x - max) underflow to 0 and the sum 0; start it "
+                "at float('-inf'), which every score exceeds")
+    return ("every score of these rows lies far below 0, so a masked lane loaded as a finite stand-in for -inf "
+            "(0.0, -100, ...) wins the maximum and takes the weight from the real scores: load the masked lanes "
+            "as float('-inf'), whose exp is 0 whatever the scores")
+
+
+def _filled_like(shape, n_cols):
+    """A float32 output of ``shape`` filled with random weights a softmax could give (0 to 2/n_cols)."""
+    return torch.rand(shape, device=DEVICE) * (2.0 / max(n_cols, 1))
+
+
+def _far_from_zero(shape, centre):
+    """Scores of ``shape`` spread ±3 around ``centre``: rows far below 0 (-200) find a maximum
+    started at 0 instead of -inf, whose exp(x - 0) underflows to 0 (0 / 0)."""
+    return torch.randn(shape, device=DEVICE) * 3 + centre
 
 
 def _speed_input(*shape):
@@ -102,6 +138,13 @@ def check_softmax_rows(softmax_rows_kernel):
     _checked_runs(name, f"{name}, x = wide[:, :33] whose rows are {sliced.stride(0)} elements apart (use stride_x_row)",
                   launch_softmax_rows, kernel, (sliced,), references.softmax(sliced.double()), lambda got: None,
                   show_picture=True)
+    for what, x, centre in [
+            ("x of shape (1030, 5), more rows than any case above", torch.randn(1030, 5, device=DEVICE), 0.0),
+            ("x of shape (3, 1500), longer rows than any case above", torch.randn(3, 1500, device=DEVICE), 0.0),
+            ("rows of scores near -200", _far_from_zero((9, 37), -200.0), -200.0),
+            ("rows of scores near +200", _far_from_zero((9, 37), 200.0), 200.0)]:
+        _beyond_cases(name, what, launch_softmax_rows, kernel, x, references.softmax(x.double()),
+                      lambda: _filled_like(x.shape, x.shape[1]), lambda got, c=centre: _far_below_hint(got, c))
     say(f"Exercise 2.1 passed: {len(cases) + 1} shapes, widths 1 to 100, values up to ±1e4 and a sliced x.")
     x = _speed_input(65536, 512)
     out = torch.empty_like(x) if x is not None else None
@@ -181,6 +224,34 @@ def _causal_softmax_hint(got, x):
     return None
 
 
+def _hidden_keys_never_read(name, kernel):
+    """The statement's requirements that y is exactly 0 at the hidden keys, and that the hidden
+    scores are never read, from the accesses the interpreter recorded: no load of x may touch
+    a key j > i of query i."""
+    x = torch.randn(2, 9, 9, device=DEVICE)
+    y, launches = recorded_run(name, launch_causal_softmax, kernel, x)
+    hidden = references.causal_mask(x.shape[-1])
+    above = y.detach().cpu()[:, hidden]
+    if (above != 0).any():
+        raise ExerciseError(
+            f"{name}: y must be exactly 0 at the hidden keys (keys j > i), but {int((above != 0).sum())} of them "
+            f"hold other values, up to {float(above.abs().nan_to_num(float('inf')).max()):.3g} (scores of shape "
+            f"{tuple(x.shape)}).\n  hint: a hidden key's weight comes out exactly 0 when its score counts as "
+            "float('-inf'), whose exp is 0; a finite stand-in such as -100 leaves a tiny weight, and an element "
+            "left unwritten keeps whatever y held")
+    loads = element_loads(launches).reshape(x.shape)
+    read_hidden = loads.masked_fill(~hidden, 0) > 0
+    if read_hidden.any():
+        b, i, j = (int(v) for v in read_hidden.nonzero()[0])
+        raise ExerciseError(
+            f"{name}: the values are right, but the kernel reads scores it must not: {int(read_hidden.sum())} of "
+            f"the {int(references.causal_mask(x.shape[-1]).sum()) * x.shape[0]} hidden scores (keys j > i) of scores "
+            f"of shape {tuple(x.shape)} are loaded, the first at matrix {b}, query {i}, key {j}.\n  hint: the "
+            "exercise asks for the causal mask in the load itself (mask=keys <= query, other=float('-inf')), so "
+            "that a hidden score is never read; loading the whole row and masking it afterwards (tl.where) "
+            "reads every hidden score")
+
+
 def check_causal_softmax(causal_softmax_kernel):
     """Exercise 2.2: ``causal_softmax_kernel``, launched by :func:`launch_causal_softmax`, writes
     the causal softmax of scores (B, n, n) of any strides: query i sees keys j <= i, and y is
@@ -197,6 +268,13 @@ def check_causal_softmax(causal_softmax_kernel):
     for what, x in inputs:
         _checked_runs(name, f"{name}, {what}", launch_causal_softmax, kernel, (x,),
                       references.causal_softmax(x.double()), lambda got: _causal_softmax_hint(got, x))
+    for what, x, centre in [("scores of shape (1, 130, 130), more queries and keys than any case above",
+                             torch.randn(1, 130, 130, device=DEVICE) * 3, 0.0),
+                            ("scores near -200", _far_from_zero((2, 19, 19), -200.0), -200.0),
+                            ("scores near +200", _far_from_zero((2, 19, 19), 200.0), 200.0)]:
+        _beyond_cases(name, what, launch_causal_softmax, kernel, x, references.causal_softmax(x.double()),
+                      lambda: _filled_like(x.shape, x.shape[-1]), lambda got, c=centre: _far_below_hint(got, c))
+    _hidden_keys_never_read(name, kernel)
     say(f"Exercise 2.2 passed: {len(inputs)} cases, n from 1 to 33, transposed and sliced scores.")
     x = _speed_input(32, 1024, 1024)
     out = torch.empty_like(x) if x is not None else None
@@ -219,15 +297,17 @@ def launch_online_softmax(online_softmax_kernel, x, out=None, block_cols=16):
     return out
 
 
-def _tiled_softmax(x, block, rescale=True, running_max=True, running_sum=True, padding=float("-inf")):
+def _tiled_softmax(x, block, rescale=True, running_max=True, running_sum=True, padding=float("-inf"),
+                   initial_max=float("-inf")):
     """The online softmax of the rows of x in float32, as a kernel computes it tile by tile,
     with one of its usual mistakes switched on: the sum not rescaled when the max grows, the
-    max of each tile alone, the sum of the last tile alone, padding lanes loaded as ``padding``."""
+    max of each tile alone, the sum of the last tile alone, padding lanes loaded as ``padding``,
+    the running maximum started at ``initial_max``."""
     x = x.detach().to("cpu", torch.float32)
     n_rows, n_cols = x.shape
     padded = torch.full((n_rows, triton.cdiv(n_cols, block) * block), padding)
     padded[:, :n_cols] = x
-    row_max = torch.full((n_rows,), float("-inf"))
+    row_max = torch.full((n_rows,), initial_max)
     row_sum = torch.zeros(n_rows)
     for start in range(0, n_cols, block):
         tile = padded[:, start:start + block]
@@ -259,6 +339,10 @@ def _online_softmax_hint(got, x, block):
         (dict(padding=0.0),
          "the lanes past the end of the row count in the sum as exp(0 - max): load them with "
          "other=float('-inf'), so that they never win the maximum and their exp is 0"),
+        (dict(initial_max=0.0),
+         "the running maximum starts at 0, not float('-inf'): on a row whose scores all lie far below 0 it "
+         "never moves, exp(x - 0) underflows to 0 and the sum is 0 (0 / 0 is NaN); start it at float('-inf'), "
+         "which every score exceeds"),
         (dict(running_max=False),
          "the maximum is the last tile's only: the running maximum must keep the largest value of every tile "
          "so far, max(running_max, tile max); with a smaller maximum exp(x - max) overflows to inf where an "
@@ -270,6 +354,22 @@ def _online_softmax_hint(got, x, block):
         if not _resembles(model, right) and _resembles(got, model):  # this case tells the mistake apart
             return hint
     return None
+
+
+def _one_online_pass(name, kernel, block):
+    """The statement's online softmax, from the accesses the interpreter recorded: each score
+    is loaded at most twice, once in the pass that carries the running maximum and sum, once
+    in the pass that writes (a pass for the maximum and another for the sum load it three times)."""
+    x = torch.randn(2, 3 * block + 5, device=DEVICE)
+    _, launches = recorded_run(name, launch_online_softmax, kernel, x)
+    loads = element_loads(launches)
+    if int(loads.max()) > 2:
+        raise ExerciseError(
+            f"{name}: the values are right, but each score is loaded up to {int(loads.max())} times (x of shape "
+            f"{tuple(x.shape)}, tiles of {block}): the exercise asks for the online softmax, which reads a row "
+            "twice, once to carry the running maximum and the running sum together, once to write.\n  hint: "
+            "a pass for the maximum and then another for the sum reads the row once more; merge them: when a "
+            "tile raises the maximum, rescale the sum so far by exp(old_max - new_max) and add the tile's sum")
 
 
 def check_online_softmax(online_softmax_kernel):
@@ -292,6 +392,16 @@ def check_online_softmax(online_softmax_kernel):
         _checked_runs(name, f"{name}, tiles of {block} columns, {what}", launch_online_softmax, kernel, (x,),
                       references.softmax(x.double()), lambda got: _online_softmax_hint(got, x, block),
                       show_picture=True)
+    for what, x, centre in [("rows of scores near -200", _far_from_zero((3, 70), -200.0), -200.0),
+                            ("rows of scores near +200", _far_from_zero((3, 70), 200.0), 200.0),
+                            ("x of shape (2, 2001), longer rows than any case above",
+                             torch.randn(2, 2001, device=DEVICE), 0.0),
+                            ("x of shape (300, 5), more rows than any case above",
+                             torch.randn(300, 5, device=DEVICE), 0.0)]:
+        _beyond_cases(name, f"tiles of {block} columns, {what}", launch_online_softmax, kernel, x,
+                      references.softmax(x.double()), lambda: _filled_like(x.shape, x.shape[1]),
+                      lambda got, x=x, c=centre: _far_below_hint(got, c) or _online_softmax_hint(got, x, block))
+    _one_online_pass(name, kernel, block)
     say(f"Exercise 2.3 passed: {len(inputs)} cases, rows of 1 to 100 in tiles of {block}, a growing maximum "
           "and a large first score.")
     x = _speed_input(4096, 32768)

@@ -8,7 +8,8 @@ import triton
 from ...core import references
 from ...core.runtime import DEVICE, ON_GPU, multiprocessor_count
 from ..checking import ExerciseError, compare, run_student_code, without_autograd
-from ..student_kernels import kernel_runs, report_speed, require_kernel
+from ..student_kernels import beyond_cases_runs, kernel_runs, report_speed, require_kernel, run_interpreted
+from .chapter1 import python_error_in_words
 from .common import Exercise, hidden_case, matches, random_size, without_mask_hints, say
 
 __all__ = ["launch_layernorm_rows", "check_layernorm_rows", "check_layernorm_dx",
@@ -67,6 +68,49 @@ def _with_hint(error, hint, kernel, outputs):
             hint = (f"{loads[0]} has a mask but no other=: its masked lanes hold whatever memory held (NaN in "
                     "the checker's interpreted run), and a sum over the tile spreads them; give other=0.0")
     return ExerciseError(str(error) + (f"\n  hint: {hint}" if hint else ""))
+
+
+def _fresh_like(out):
+    """New NaN-filled outputs laid out as ``out`` (a tensor, a tuple of them, or None)."""
+    if out is None:
+        return None
+    if isinstance(out, tuple):
+        return tuple(_fresh_like(t) for t in out)
+    if out.ndim == 2:
+        return _with_nan_rows(out.shape[0], out.shape[1], out.stride(0))
+    return torch.full(out.shape, float("nan"), device=out.device)
+
+
+def _undefined_lanes_hint(rerun, out, outputs):
+    """When the outputs hold NaN that a masked load without other= put there, a hint naming
+    that load (not the pattern of wrong rows). ``rerun(out)`` runs the case again into
+    ``out`` with the masked lanes the interpreter's 0 (``run_interpreted(...,
+    undefined_as_nan=False)``): NaN that disappear there came from those lanes."""
+    if not any(isinstance(t, torch.Tensor) and t.isnan().any() for t in outputs):
+        return None
+    loads = _masked_loads_without_other(rerun.kernel)
+    if not loads:
+        return None
+    try:
+        again = rerun(_fresh_like(out))
+    except ExerciseError:
+        return None
+    again = again if isinstance(again, tuple) else (again,)
+    if any(not isinstance(t, torch.Tensor) or t.isnan().any() for t in again):
+        return None
+    return (f"{' and '.join(loads)} {'has' if len(loads) == 1 else 'have'} a mask but no other=: the lanes the mask "
+            "switches off hold no defined value (NaN in the checker's interpreted run, whatever memory held on a "
+            "GPU), and they reach the results (with those lanes 0 the NaN are gone); give other=0.0, or keep "
+            "those lanes out with tl.where before they are used")
+
+
+def _rerun(name, launch, kernel, before, after=()):
+    """``rerun(out)`` for _undefined_lanes_hint: the launch again into ``out``, masked lanes 0."""
+    def rerun(out):
+        return run_interpreted(name, launch, kernel, *before, out, *after, undefined_as_nan=False)
+
+    rerun.kernel = kernel
+    return rerun
 
 
 # ------------------------------------------------------------ Exercise 3.1: the forward
@@ -169,14 +213,43 @@ def check_layernorm_rows(layernorm_rows_kernel):
                         expected_rstd, rtol=rtol, atol=atol)
                 compare(f"{where}: y", y, expected_y, rtol=rtol, atol=atol, show_picture=True)
             except ExerciseError as error:
-                hint = _layernorm_rows_hint(x64, EPS, mean, rstd, large_mean)
+                rerun = _rerun(name, launch_layernorm_rows, kernel, (x, gamma, beta, EPS))
+                hint = (_undefined_lanes_hint(rerun, out, (y, mean, rstd))
+                        or _layernorm_rows_hint(x64, EPS, mean, rstd, large_mean))
                 raise _with_hint(error, hint, kernel, (y, mean, rstd)) from None
             if out is not None:  # the compiled run writes into fresh NaN
                 for tensor in out:
                     tensor.fill_(float("nan"))
+    # past the listed cases (not counted in the line below): more rows and columns than any of them,
+    # and outputs filled beforehand with values a kernel cannot tell from its own
+    for what, x in [("x of shape (1030, 7), more rows than any case above", torch.randn(1030, 7, device=DEVICE) + 0.5),
+                    ("x of shape (3, 1500), longer rows than any case above",
+                     torch.randn(3, 1500, device=DEVICE) * 2 - 0.5)]:
+        _forward_beyond_cases(name, what, kernel, x)
     say(f"{name.split(' (')[0]} passed: y, mean and rstd for {len(inputs)} shapes, widths 1 to 100, "
           "rows of variance below eps, rows centred on ±1e4 and strided x and y.")
     _report_forward_speed(name, kernel)
+
+
+def _forward_beyond_cases(name, what, kernel, x):
+    """Exercise 3.1 on a case past the listed ones, outputs NaN and then filled beforehand."""
+    n_rows, n_cols = x.shape
+    gamma, beta = torch.randn(n_cols, device=DEVICE), torch.randn(n_cols, device=DEVICE)
+    x64 = x.double()
+    expected_mean, expected_rstd = _layernorm_stats64(x64, EPS)
+    expected_y = references.layernorm(x64, gamma.double(), beta.double(), EPS)
+
+    def verify(label, got):
+        y, mean, rstd = got
+        compare(f"{label}: mean", mean, expected_mean, rtol=1e-5, atol=1e-5)
+        compare(f"{label}: rstd", rstd, expected_rstd, rtol=1e-4, atol=1e-4)
+        compare(f"{label}: y", y, expected_y, rtol=1e-4, atol=1e-4)
+
+    def filled():  # values a forward could write: y of spread 1, mean near 0, rstd near 1
+        return (torch.randn(n_rows, n_cols, device=DEVICE), torch.randn(n_rows, device=DEVICE) * 0.1,
+                torch.rand(n_rows, device=DEVICE) + 0.5)
+
+    beyond_cases_runs(name, what, launch_layernorm_rows, kernel, (x, gamma, beta, EPS), verify, filled)
 
 
 def _report_forward_speed(name, kernel):
@@ -237,15 +310,31 @@ def check_layernorm_dx(layernorm_dx):
         (expected,) = torch.autograd.grad(references.layernorm(x, gamma, None, EPS), x, grad_y)
         x = x.detach()
         mean, rstd = _layernorm_stats64(x, EPS)
-        with without_autograd(name):  # the answer must come from the formula, not from autograd
-            got = run_student_code(name, layernorm_dx, x.clone(), gamma.clone(), grad_y.clone(),
-                                   mean.clone(), rstd.clone())
+        try:
+            with without_autograd(name):  # the answer must come from the formula, not from autograd
+                got = run_student_code(name, layernorm_dx, x.clone(), gamma.clone(), grad_y.clone(),
+                                       mean.clone(), rstd.clone())
+        except ExerciseError as error:
+            raise python_error_in_words(
+                name, error,
+                "the exercise asks for dx from the formula, not from autograd: the checker calls your function "
+                "under torch.no_grad, so no graph is recorded and torch.autograd.grad or .backward() has nothing "
+                "to differentiate (switching grad back on is refused too). Compute dx from x, gamma, dy and the "
+                "saved mean and rstd with tensor operations",
+                f"this call had x and dy of shape {shape}, gamma of shape {tuple(gamma.shape)}, mean and rstd of "
+                f"shape {tuple(mean.shape)} (one value a row): x may be 2-D or 3-D, so take the row means over "
+                "the last axis (dim=-1, keepdim=True) and give mean and rstd a last axis of 1 before they meet "
+                "a row") from None
         what = f"{name}, x of shape {shape} (mean and rstd of shape {tuple(mean.shape)})"
         try:
             compare(what, got, expected, rtol=1e-9, atol=1e-9)
         except ExerciseError as error:
             hint = next((text for mistake, text in _DX_MISTAKES
                          if matches(got, _layernorm_dx64(x, gamma, grad_y, mean, rstd, **mistake))), None)
+            if hint is None and isinstance(got, torch.Tensor) and tuple(got.shape) != tuple(expected.shape):
+                hint = ("dx has x's shape: mean and rstd have one value a row (shape x.shape[:-1]); give them a "
+                        "last axis of 1 (mean[..., None]) before they meet a row, so that they broadcast along "
+                        "it and not across the rows")
             raise ExerciseError(without_mask_hints(error) + (f"\n  hint: {hint}" if hint else "")) from None
     say("Exercise 3.2 passed: dx matches autograd's in float64 for widths 1 to 100, 2-D and 3-D x.")
 
@@ -337,10 +426,23 @@ def check_column_partial_sums(column_partial_sums_kernel):
                 compare(f"{what}{', ' + how if how else ''}: partial (row p is program p's sum)", got, expected,
                         rtol=1e-5, atol=1e-5 * rows_per_program ** 0.5, show_picture=True)
             except ExerciseError as error:
-                hint = _partial_rows_hint(got, expected, x64, rows_per_program, block_rows)
+                rerun = _rerun(name, launch_column_partial_sums, kernel, (x, n_programs), (block_rows,))
+                hint = (_undefined_lanes_hint(rerun, out, (got,))
+                        or _partial_rows_hint(got, expected, x64, rows_per_program, block_rows))
                 raise _with_hint(error, hint, kernel, (got,)) from None
             if out is not None:
                 out.fill_(float("nan"))
+    for n_rows, n_cols, n_programs, why in [(4101, 5, 3, "more rows than any case above"),
+                                            (10, 1500, 3, "more columns than any case above"),
+                                            (300, 3, 150, "more programs than any case above")]:
+        x = torch.randn(n_rows, n_cols, device=DEVICE)
+        rows_per_program, n_partial = _program_ranges(n_rows, n_programs)
+        expected = _program_sums(x.double(), rows_per_program)
+        tolerance = dict(rtol=1e-5, atol=1e-5 * rows_per_program ** 0.5)
+        beyond_cases_runs(name, f"x of shape {(n_rows, n_cols)}, n_programs={n_programs}, {why}",
+                          launch_column_partial_sums, kernel, (x, n_programs),
+                          lambda label, got: compare(f"{label}: partial", got, expected, **tolerance),
+                          lambda: torch.randn(n_partial, n_cols, device=DEVICE) * rows_per_program ** 0.5)
     say(f"{name.split(' (')[0]} passed: {len(inputs)} shapes, from one row to ranges that end inside a tile, "
           "and strided x and partial.")
     _report_partial_sums_speed(name, kernel)
@@ -431,7 +533,7 @@ def _partial_grads_hint(got_dgamma, got_dbeta, products, rows_per_program, block
             return hint
     for got, expected, product in [(got_dgamma, expected_dgamma, products[0]),
                                    (got_dbeta, expected_dbeta, products[1])]:
-        if isinstance(got, torch.Tensor) and got.shape == expected.shape:
+        if isinstance(got, torch.Tensor) and got.shape == expected.shape and not matches(got, expected, **tolerance):
             hint = _partial_rows_hint(got, expected, product, rows_per_program, block_rows)
             if hint:
                 return hint
@@ -489,13 +591,16 @@ def check_layernorm_backward_rows(layernorm_backward_rows_kernel):
                 f"program, tiles of {block_rows}){note}")
         runs = _partial_row_runs(name, launch_layernorm_backward_rows, kernel, x, gamma, grad_y, mean, rstd,
                                  n_programs, out, block_rows)
+        rerun = _rerun(name, launch_layernorm_backward_rows, kernel, (x, gamma, grad_y, mean, rstd, n_programs),
+                       (block_rows,))
         for how, (grad_x, partial_dgamma, partial_dbeta) in runs:
             where = what + (f", {how}" if how else "")
             partial_atol = 1e-4 * rows_per_program ** 0.5
             try:
                 compare(f"{where}: dx", grad_x, expected_dx, rtol=1e-4, atol=1e-4, show_picture=True)
             except ExerciseError as error:
-                hint = _grad_x_hint(grad_x, x64, gamma64, grad_y64, mean64, rstd64)
+                hint = (_undefined_lanes_hint(rerun, out, (grad_x, partial_dgamma, partial_dbeta))
+                        or _grad_x_hint(grad_x, x64, gamma64, grad_y64, mean64, rstd64))
                 raise _with_hint(error, hint, kernel, (grad_x,)) from None
             try:
                 compare(f"{where}: partial_dgamma (row p: program p's sum of dy * xhat)", partial_dgamma,
@@ -503,8 +608,9 @@ def check_layernorm_backward_rows(layernorm_backward_rows_kernel):
                 compare(f"{where}: partial_dbeta (row p: program p's sum of dy)", partial_dbeta, expected[1],
                         rtol=1e-4, atol=partial_atol, show_picture=True)
             except ExerciseError as error:
-                hint = _partial_grads_hint(partial_dgamma, partial_dbeta, products, rows_per_program, block_rows,
-                                           x64, gamma64, grad_y64, mean64, rstd64)
+                hint = (_undefined_lanes_hint(rerun, out, (grad_x, partial_dgamma, partial_dbeta))
+                        or _partial_grads_hint(partial_dgamma, partial_dbeta, products, rows_per_program, block_rows,
+                                               x64, gamma64, grad_y64, mean64, rstd64))
                 raise _with_hint(error, hint, kernel, (partial_dgamma, partial_dbeta)) from None
             # stage 2: the partial rows added down the columns in a fixed order, as the course's backward does
             for what_sum, partial, product in [("dgamma", partial_dgamma, products[0]),
@@ -515,10 +621,41 @@ def check_layernorm_backward_rows(layernorm_backward_rows_kernel):
             if out is not None:
                 for tensor in out:
                     tensor.fill_(float("nan"))
+    for n_rows, n_cols, n_programs, why in [(1030, 5, 3, "more rows than any case above"),
+                                            (6, 1500, 2, "more columns than any case above")]:
+        _backward_beyond_cases(name, kernel, n_rows, n_cols, n_programs, why)
     say(f"{name.split(' (')[0]} passed: dx and the partial rows of dgamma and dbeta for {len(inputs)} shapes, "
           "from one row to ranges that end inside a tile, and strided tensors; their sums in a fixed order match "
           "autograd's dgamma and dbeta.")
     _report_backward_speed(name, kernel, sum_partial_rows)
+
+
+def _backward_beyond_cases(name, kernel, n_rows, n_cols, n_programs, why):
+    """Exercise 3.4 on a case past the listed ones, outputs NaN and then filled beforehand."""
+    x, grad_y = torch.randn(n_rows, n_cols, device=DEVICE) * 2 + 0.5, torch.randn(n_rows, n_cols, device=DEVICE)
+    gamma = torch.randn(n_cols, device=DEVICE)
+    mean64, rstd64 = _layernorm_stats64(x.double(), EPS)
+    mean, rstd = mean64.float(), rstd64.float()
+    x64, gamma64, grad_y64, mean64, rstd64 = x.double(), gamma.double(), grad_y.double(), mean.double(), rstd.double()
+    rows_per_program, n_partial = _program_ranges(n_rows, n_programs)
+    xhat64 = (x64 - mean64[:, None]) * rstd64[:, None]
+    expected_dx = _layernorm_dx64(x64, gamma64, grad_y64, mean64, rstd64)
+    expected = (_program_sums(grad_y64 * xhat64, rows_per_program), _program_sums(grad_y64, rows_per_program))
+    partial_atol = 1e-4 * rows_per_program ** 0.5
+
+    def verify(label, got):
+        grad_x, partial_dgamma, partial_dbeta = got
+        compare(f"{label}: dx", grad_x, expected_dx, rtol=1e-4, atol=1e-4)
+        compare(f"{label}: partial_dgamma", partial_dgamma, expected[0], rtol=1e-4, atol=partial_atol)
+        compare(f"{label}: partial_dbeta", partial_dbeta, expected[1], rtol=1e-4, atol=partial_atol)
+
+    def filled():
+        return (torch.randn(n_rows, n_cols, device=DEVICE), torch.randn(n_partial, n_cols, device=DEVICE),
+                torch.randn(n_partial, n_cols, device=DEVICE))
+
+    beyond_cases_runs(name, f"x of shape {(n_rows, n_cols)}, n_programs={n_programs}, {why}",
+                      launch_layernorm_backward_rows, kernel, (x, gamma, grad_y, mean, rstd, n_programs), verify,
+                      filled)
 
 
 def _report_backward_speed(name, kernel, sum_partial_rows):

@@ -10,7 +10,8 @@ from ...core import references
 from ...core.runtime import DEVICE
 from ..checking import ExerciseError, compare, run_student_code
 from ..student_kernels import kernel_runs, report_speed, require_kernel
-from .common import Exercise, hidden_case, random_size, random_matrix, without_mask_hints, matches, say
+from .common import (KEPT_FILL_HINT, Exercise, Prefilled, hidden_case, matches, random_fill, random_matrix, random_size,
+                     say, without_mask_hints)
 
 __all__ = ["check_routing_weights", "launch_row_logsumexp_of_min", "check_row_logsumexp_of_min",
            "launch_coor_descent_row", "check_coor_descent_row"]
@@ -27,6 +28,15 @@ def _routing_reference64(a, s, eps, mask):
     shifted = s + a[..., None]
     y = torch.exp((shifted - torch.relu(shifted)) / eps)
     return y if mask is None else y.masked_fill(~mask, 0.0)
+
+
+# The exercise's words for the errors its usual mistakes raise.
+_ROUTING_ERRORS = (
+    ("must match the size of tensor", "a has one value a row, of shape (...), and s one more axis: give a a "
+     "last axis of length 1 (a[..., None]) so that it broadcasts along each row of s"),
+    ("not broadcastable", "a has one value a row, of shape (...), and s one more axis: give a a last axis of "
+     "length 1 (a[..., None]) so that it broadcasts along each row of s"),
+)
 
 
 def check_routing_weights(routing_weights):
@@ -59,7 +69,7 @@ def check_routing_weights(routing_weights):
         what = f"{name}, s of shape {tuple(s.shape)}, eps = {eps:g}, {kind}"
         with torch.no_grad():
             got = run_student_code(name, routing_weights, a.clone(), s.clone(), eps,
-                                   None if m is None else m.clone())
+                                   None if m is None else m.clone(), explain=_ROUTING_ERRORS)
         expected = _routing_reference64(a, s, eps, m)
         try:
             compare(what, got, expected, rtol=1e-9, atol=1e-12, show_picture=s.ndim == 2)
@@ -134,6 +144,59 @@ def _row_logsumexp_of_min_hint(got, s, a, eps, large):
     return next((text for candidate, text in candidates if matches(got, candidate, rtol=1e-5, atol=1e-4)), None)
 
 
+def _lse_shifted32(s, a, eps, shift):
+    """The kernel's log-sum-exp in float32 with the shift a student may subtract before the
+    exponential: "-a" (-a_i / eps, the largest term only when -a_i lies below every score),
+    "s_max" (max_j s_ij / eps, the largest only when -a_i lies above them) or "none"."""
+    s32 = s.detach().to("cpu", torch.float32)
+    a32 = a.detach().to("cpu", torch.float32)[:, None]
+    z = torch.minimum(s32, -a32) / eps
+    c = {"-a": -a32 / eps, "s_max": s32.amax(dim=-1, keepdim=True) / eps, "none": torch.zeros_like(a32)}[shift]
+    return (c + torch.exp(z - c).sum(dim=-1, keepdim=True).log()).flatten()
+
+
+def _same_or_both_undefined(got, candidate, rtol=1e-5, atol=1e-4):
+    """got matches candidate, inf for inf and NaN for NaN (what a wrong shift gives)."""
+    if not isinstance(got, torch.Tensor) or got.shape != candidate.shape:
+        return False
+    got64, candidate64 = got.detach().to("cpu", torch.float64), candidate.to(torch.float64)
+    return bool(torch.isclose(got64, candidate64, rtol=rtol, atol=atol, equal_nan=True).all())
+
+
+_SHIFT_HINTS = {
+    "-a": ("the value subtracted before tl.exp is -a_i / eps, which is the row's largest term only when -a_i "
+           "lies below every score; where -a_i lies above a row's scores, every exponent is far below 0, exp "
+           "gives 0 and the log -inf. Subtract the largest of the terms themselves, whichever side of the scores "
+           "-a_i lies on"),
+    "s_max": ("the value subtracted before tl.exp is the largest score over eps, which is the row's largest term "
+              "only when -a_i lies above the scores; where -a_i lies below a row's largest score, every exponent "
+              "is far below 0, exp gives 0 and the log -inf. Subtract the largest of the terms themselves"),
+    "none": ("exp overflowed or underflowed float32 (past exp(88) it is inf, below exp(-103) it is 0): subtract "
+             "the row's largest term before tl.exp and add it back after tl.log"),
+}
+
+
+def _adversarial_lse_cases():
+    """Inputs that separate the largest term from what is the largest in easier cases: scores far
+    below and far above zero, -a above every score and below it, and sizes past the printed
+    cases' (many rows, a long row), each with its outputs pre-filled with random values."""
+    cases = []
+    for centre in (-200.0, 200.0):
+        s = torch.randn(6, 37, device=DEVICE) * 3 + centre
+        cases.append((s, -(s.amax(dim=-1) + 30), 0.05, f"scores near {centre:+g} and -a above every score"))
+        s = torch.randn(6, 37, device=DEVICE) * 3 + centre
+        cases.append((s, -(s.amin(dim=-1) - 30), 0.05, f"scores near {centre:+g} and -a below every score"))
+    s = torch.randn(8, 29, device=DEVICE) * 50
+    s[::2] -= 150
+    s[1::2] += 150
+    cases.append((s, -s.median(dim=-1).values, 0.02, "rows near -150 and near +150, -a among the scores"))
+    many = torch.randn(300, 3, device=DEVICE)
+    cases.append((many, -many.median(dim=-1).values, 0.1, "300 rows of 3 scores"))
+    long = torch.randn(2, 2500, device=DEVICE) * 4
+    cases.append((long, -long.quantile(0.9, dim=-1), 0.05, "2 rows of 2500 scores"))
+    return cases
+
+
 def check_row_logsumexp_of_min(row_logsumexp_of_min_kernel):
     """Exercise 4.2: ``row_logsumexp_of_min_kernel``, launched by :func:`launch_row_logsumexp_of_min`,
     writes logsumexp_j(min(s_ij, -a_i) / eps) for each row i of a 2-D float32 s of any strides."""
@@ -163,7 +226,31 @@ def check_row_logsumexp_of_min(row_logsumexp_of_min_kernel):
             try:
                 compare(what + (f", {how}" if how else ""), got, expected, rtol=1e-5, atol=1e-4)
             except ExerciseError as error:
-                hint = _row_logsumexp_of_min_hint(got, s, a, eps, large)
+                hint = next((_SHIFT_HINTS[shift] for shift in ("-a", "s_max") if not matches(
+                    _lse_shifted32(s, a, eps, shift), expected, rtol=1e-5, atol=1e-4)
+                    and _same_or_both_undefined(got, _lse_shifted32(s, a, eps, shift))), None)
+                hint = hint or _row_logsumexp_of_min_hint(got, s, a, eps, large)
+                raise ExerciseError(str(error) + (f"\n  hint: {hint}" if hint else "")) from None
+    # Not counted in the line below (what a student saw printed): inputs where the largest term
+    # is not where the easy cases put it, sizes past the printed ones, outputs not NaN beforehand.
+    for s, a, eps, kind in _adversarial_lse_cases():
+        what = f"{name}, s of shape {tuple(s.shape)}, eps = {eps:g}, {kind} (one value per row; wrong indices are rows)"
+        expected = _lse_of_min64(s, a, eps)
+        launch = Prefilled(launch_row_logsumexp_of_min, lambda s, *rest: random_fill((s.shape[0],), s.device))
+        for how, got in kernel_runs(name, launch, kernel, s, a.contiguous(), eps):
+            try:
+                compare(what + (f", {how}" if how else ""), got, expected, rtol=1e-5, atol=1e-4,
+                        outputs_start_as_nan=False)
+            except ExerciseError as error:
+                hint = next((_SHIFT_HINTS[shift] for shift in ("-a", "s_max", "none") if not matches(
+                    _lse_shifted32(s, a, eps, shift), expected, rtol=1e-5, atol=1e-4)
+                    and _same_or_both_undefined(got, _lse_shifted32(s, a, eps, shift))), None)
+                if hint is None and isinstance(got, torch.Tensor) and not got.detach().isfinite().all():
+                    hint = ("the result is not finite: the value subtracted before tl.exp must be the row's "
+                            "largest term in every case (-a_i above or below the scores, scores far from 0)")
+                if hint is None and launch.kept_fill(got, expected, rtol=1e-5, atol=1e-4):
+                    hint = KEPT_FILL_HINT
+                hint = hint or _row_logsumexp_of_min_hint(got, s, a, eps, True)
                 raise ExerciseError(str(error) + (f"\n  hint: {hint}" if hint else "")) from None
     say(f"Exercise 4.2 passed: {len(inputs)} cases, widths 1 to 100, scores up to ±1e3, "
           "-a below every score, a sliced and a transposed s.")
@@ -228,15 +315,25 @@ def _coor_descent_variant64(s, k, n_iters, schedule, *, pad=float("-inf"), count
     return torch.exp(torch.clamp(s64 + a, max=0.0) / epsilons[y_eps_index])
 
 
-def _coor_descent_without_max32(s, k, n_iters, schedule):
-    """The kernel's y in float32 with exp taken of min(s, -a) / eps directly, the largest term
-    not subtracted: inf past exp(88), then a = -inf."""
+def _coor_descent_shifted32(s, k, n_iters, schedule, shift="none"):
+    """The kernel's y in float32 with the value subtracted before the exponential one of the
+    usual mistakes: "none" (exp of min(s, -a) / eps directly: inf past exp(88), then a = -inf),
+    "-a" (-a_t, the largest min(s_j, -a_t) only when -a_t lies below every score) or "s_max"
+    (max_j s_j, the largest only when -a_t lies above them)."""
     s32 = s.detach().to("cpu", torch.float32)
     epsilons, logk = _eps_schedule(n_iters, **schedule), math.log(k)
     a = torch.full((s32.shape[0], 1), epsilons[0] * (logk - math.log(s32.shape[1])))
+    s_max = s32.amax(dim=-1, keepdim=True)
     for t in range(1, n_iters):
-        a = epsilons[t] * logk - epsilons[t] * torch.exp(torch.minimum(s32, -a) / epsilons[t]).sum(-1, keepdim=True).log()
+        eps = epsilons[t]
+        c = {"none": torch.zeros_like(a), "-a": -a, "s_max": s_max}[shift]
+        a = eps * logk - (c + eps * torch.exp((torch.minimum(s32, -a) - c) / eps).sum(-1, keepdim=True).log())
     return torch.exp(torch.clamp(s32 + a, max=0.0) / epsilons[-1]).double()
+
+
+def _coor_descent_without_max32(s, k, n_iters, schedule):
+    """The kernel's y in float32 with the largest term not subtracted."""
+    return _coor_descent_shifted32(s, k, n_iters, schedule, "none")
 
 
 def _coor_descent_row_hint(got, expected, s, k, n_iters, schedule, large, tolerance):
@@ -250,6 +347,16 @@ def _coor_descent_row_hint(got, expected, s, k, n_iters, schedule, large, tolera
     variant = functools.partial(_coor_descent_variant64, s, k, n_iters, schedule)
     candidates = [
         (lambda: _coor_descent_without_max32(s, k, n_iters, schedule), overflow),
+        (lambda: _coor_descent_shifted32(s, k, n_iters, schedule, "-a"),
+         "the value subtracted before the exponential is -a_t, which is the largest min(s_j, -a_t) only when "
+         "-a_t lies below every score; in this case it lies above the scores of a row, where every exponent "
+         "is then far below 0 and exp gives 0: subtract the largest term itself, whichever side of the scores "
+         "-a_t lies on"),
+        (lambda: _coor_descent_shifted32(s, k, n_iters, schedule, "s_max"),
+         "the value subtracted before the exponential is the largest score, which is the largest "
+         "min(s_j, -a_t) only when -a_t lies above it; in this case -a_t lies below the largest score of a row, "
+         "where every exponent is then far below 0 and exp gives 0: subtract the largest term itself, whichever "
+         "side of the scores -a_t lies on"),
         (lambda: variant(carried=False),
          "every iteration starts again from a_1: the state is not carried, so assign each new a to the "
          "variable the next iteration reads"),
@@ -280,7 +387,8 @@ def _coor_descent_row_hint(got, expected, s, k, n_iters, schedule, large, tolera
     ]
     for candidate, text in candidates:
         wrong_y = candidate()
-        if wrong_y is not None and not matches(wrong_y, expected, **tolerance) and matches(got, wrong_y, **tolerance):
+        if wrong_y is not None and not matches(wrong_y, expected, **tolerance) and (
+                matches(got, wrong_y, **tolerance) or _same_or_both_undefined(got, wrong_y, **tolerance)):
             return text
     if large and not got.detach().isfinite().all():
         return overflow
@@ -329,6 +437,22 @@ def check_coor_descent_row(coor_descent_row_kernel):
             except ExerciseError as error:
                 hint = _coor_descent_row_hint(got, expected, s, k, n_iters, schedule, large, tolerance)
                 raise ExerciseError(str(error) + (f"\n  hint: {hint}" if hint else "")) from None
+    # Not counted in the line below (what a student saw printed): scores far below and far above 0
+    # (the largest term on either side of -a), sizes past the printed ones, outputs not NaN beforehand.
+    for s, k, n_iters, schedule, kind in _adversarial_coor_descent_cases():
+        settings = ", ".join(f"{key} = {value:g}" for key, value in schedule.items())
+        what = f"{name}, s of shape {tuple(s.shape)}, k = {k:g}, n_iters = {n_iters}, {settings}, {kind}"
+        expected = references.coor_descent(s.double(), n_iters=n_iters, k=k, **schedule)
+        launch = Prefilled(launch_coor_descent_row, lambda s, *rest: random_fill(s.shape, s.device))
+        for how, got in kernel_runs(name, launch, kernel, s, k, n_iters, *_launch_schedule(schedule)):
+            try:
+                compare(what + (f", {how}" if how else ""), got, expected, show_picture=True,
+                        outputs_start_as_nan=False, **_LARGE_TOLERANCE)
+            except ExerciseError as error:
+                hint = _coor_descent_row_hint(got, expected, s, k, n_iters, schedule, True, _LARGE_TOLERANCE)
+                if hint is None and launch.kept_fill(got, expected, **_LARGE_TOLERANCE):
+                    hint = KEPT_FILL_HINT
+                raise ExerciseError(str(error) + (f"\n  hint: {hint}" if hint else "")) from None
     say(f"{name.split(' (')[0]} passed: {len(cases)} cases, rows of 1 to 100 scores, 1 to 20 iterations, "
           "fixed and falling ε, scores up to ±20, a sliced and a transposed s.")
     s = torch.randn(16384, 1024, device=DEVICE) if DEVICE != "cpu" else None
@@ -341,6 +465,27 @@ def check_coor_descent_row(coor_descent_row_kernel):
                         "once, before the loop, so that each iteration has one reduction (the largest "
                         "min(s_j, -a) is min(max_j s_j, -a)); and multiply by 1 / eps rather than divide each "
                         "element by eps")
+
+
+def _adversarial_coor_descent_cases():
+    """(s, k, n_iters, schedule, what) that separate the largest term from what is the largest
+    in easier cases, and sizes past the printed cases'."""
+    falling = dict(eps=0.05, eps_init=2.0, eps_decay=0.7)
+    cases = []
+    cases.append((torch.randn(4, 40, device=DEVICE) * 2 - 100, 3.0, 8, dict(eps=0.05),
+                  "scores near -100 (-a_t above every score at first)"))
+    # -a_1 = 0.05 log 1000 lies below every score, by more than 100 ε: every exponent taken from the largest
+    # score instead of the largest term is below -103 (exp gives 0 in float32); -a_t then climbs by
+    # ε log(n / k) an iteration and reaches the scores before the last.
+    cases.append((torch.randn(2, 1000, device=DEVICE) * 0.3 + 6, 1.0, 30, dict(eps=0.05),
+                  "2 rows of 1000 scores near +6 (-a_t below every score at first)"))
+    mixed = torch.randn(6, 30, device=DEVICE) * 3
+    mixed[::2] -= 80
+    mixed[1::2] += 80
+    cases.append((mixed, 5.0, 12, dict(eps=0.1), "rows near -80 and near +80"))
+    cases.append((torch.randn(300, 3, device=DEVICE), 2.0, 4, dict(eps=0.1), "300 rows of 3 scores"))
+    cases.append((torch.randn(2, 1500, device=DEVICE) * 3, 40.0, 6, falling, "2 rows of 1500 scores"))
+    return cases
 
 
 def _launch_schedule(schedule):

@@ -8,9 +8,9 @@ import torch
 import triton
 
 from ...core.runtime import DEVICE, ON_GPU
-from ..checking import ExerciseError, compare, run_student_code
+from ..checking import HOST_SYNC, ExerciseError, compare, refusing_host_syncs, run_student_code
 from ..student_kernels import kernel_runs, report_speed, require_kernel
-from .common import Exercise, hidden_case, matches, random_size, say
+from .common import KEPT_FILL_HINT, Exercise, Prefilled, hidden_case, matches, random_fill, random_size, say
 
 __all__ = ["check_without_graph_breaks", "launch_scale_columns_backward", "check_scale_columns_backward",
            "launch_scale_columns_forward", "check_scale_columns_op"]
@@ -50,6 +50,16 @@ def check_without_graph_breaks(peak_scaled_softmax):
         reasons = "; ".join(str(b.reason).strip().splitlines()[0] for b in explanation.break_reasons)
         raise ExerciseError(f"{name}: torch.compile still breaks the graph {explanation.graph_break_count} time(s): "
                             f"{reasons}")
+    # Not counted in the line below: the answer run eagerly with every read of a tensor's value into
+    # Python refused (.item(), and bool(): Python's max or an `if` on a tensor, which torch.compile
+    # may trace by specializing on the value, but which waits for the GPU in eager code).
+    for x in (torch.randn(6, 9, device=DEVICE) * 5, torch.rand(3, 4, device=DEVICE) * 0.5):
+        with refusing_host_syncs():
+            got = run_student_code(f"{name}, run with reads of tensor values into Python refused",
+                                   peak_scaled_softmax, x.clone(), explain=HOST_SYNC)
+        x64 = x.double()
+        compare(f"{name}, x of shape {tuple(x.shape)}", got, torch.softmax(x64 / x64.abs().max().clamp(min=1.0), dim=-1),
+                rtol=1e-5, atol=1e-6)
     say("Exercise 5.1 passed: the values of 4 inputs, and torch._dynamo.explain finds one graph, no break.")
 
 
@@ -108,6 +118,17 @@ def _read_as_contiguous(t):
     return t.as_strided(t.shape, (t.shape[1], 1))
 
 
+def _read_with_unit_column_stride(t):
+    """``t`` as a kernel that ignores its column stride reads it (column j at j), or None when
+    that is the right read or would run past its storage."""
+    if t.stride(1) == 1 or t.shape[1] < 2:
+        return None
+    needed = (t.shape[0] - 1) * t.stride(0) + t.shape[1]
+    if t.untyped_storage().nbytes() < (t.storage_offset() + needed) * t.element_size():
+        return None
+    return t.as_strided(t.shape, (t.stride(0), 1))
+
+
 def _backward_hint(got, x, w, grad_y, *, block_rows, block_cols, rows_per_program):
     """The usual mistake behind a wrong (grad_x, partial) of exercise 5.2, or None."""
     grad_x, partial = got
@@ -118,6 +139,16 @@ def _backward_hint(got, x, w, grad_y, *, block_rows, block_cols, rows_per_progra
                                             rtol=1e-5, atol=1e-5):
         return ("the partial sums run along each row (axis=1), across the columns: grad_w[j] sums grad_y * x "
                 "over the rows i, down each column, so reduce the tile with axis=0")
+    for what, t, other in (("grad_y", grad_y, x64), ("x", x, grad_y64)):
+        misread = _read_with_unit_column_stride(t)
+        if misread is None:
+            continue
+        misread64 = misread.to("cpu", torch.float64)
+        explains_grad_x = what == "grad_y" and matches(grad_x, misread64 * w64[None, :], rtol=1e-5, atol=1e-6)
+        if explains_grad_x or matches(partial, _sums_down_groups(misread64 * other, rows_per_program),
+                                      rtol=1e-5, atol=1e-5):
+            return (f"{what}'s columns were read one element apart (column j at j): this {what}'s columns are "
+                    f"{t.stride(1)} elements apart; multiply the column index by stride_{what}_col")
     misread = {what: _read_as_contiguous(t) for what, t in (("x", x), ("grad_y", grad_y))}
     for what, other in (("x", grad_y64), ("grad_y", x64)):
         if misread[what] is not None:
@@ -162,11 +193,14 @@ def check_scale_columns_backward(scale_columns_backward_kernel):
             launch = functools.partial(launch_scale_columns_backward, **blocks)
             for how, got in kernel_runs(name, launch, kernel, x, w, grad_y):
                 where = f"{name}, {what}" + (f", {how}" if how else "")
+                varied = "x" if not x.is_contiguous() else "grad_y"  # the input whose strides a mistake shows in
+                strides = (f"stride_{varied}_row", f"stride_{varied}_col")
                 try:
                     compare(f"{where}: grad_x", got[0], grad_y64 * w64[None, :], rtol=1e-6, atol=1e-6,
-                            show_picture=True)
+                            show_picture=True, strides=("stride_grad_y_row", "stride_grad_y_col"))
                     compare(f"{where}: partial (row g: the sums down row group g)", got[1], expected_partial,
-                            rtol=1e-5, atol=1e-5 * blocks["rows_per_program"] ** 0.5, show_picture=True)
+                            rtol=1e-5, atol=1e-5 * blocks["rows_per_program"] ** 0.5, show_picture=True,
+                            strides=strides)
                 except ExerciseError as error:
                     hint = _backward_hint(got, x, w, grad_y, **blocks)
                     raise ExerciseError(str(error) + (f"\n  hint: {hint}" if hint else "")) from None
@@ -177,6 +211,29 @@ def check_scale_columns_backward(scale_columns_backward_kernel):
                 f"{error}\n  hint: the last row group ends past n_rows unless rows_per_program divides it, and the "
                 "last column block past n_cols: mask every load and store of the loop with rows < n_rows and "
                 "cols < n_cols, and the store of the partial row with cols < n_cols") from None
+    # Not counted in the line below: sizes past the printed cases' (many row groups, a long row), and
+    # outputs filled beforehand with random values rather than NaN, a new fill each run.
+    for what, x in (("x of shape (300, 5)", torch.randn(300, 5, device=DEVICE)),
+                    ("x of shape (3, 700)", torch.randn(3, 700, device=DEVICE)),
+                    ("x of shape (130, 45) transposed", torch.randn(45, 130, device=DEVICE).t())):
+        w, grad_y = torch.randn(x.shape[1], device=DEVICE), torch.randn(x.shape, device=DEVICE)
+        blocks = {"block_rows": 16, "block_cols": 16, "rows_per_program": 32}
+        launch = Prefilled(functools.partial(launch_scale_columns_backward, **blocks), lambda x, *rest: (
+            random_fill(x.shape, x.device, x.dtype), random_fill((triton.cdiv(x.shape[0], 32), x.shape[1]), x.device)))
+        x64, w64, grad_y64 = x.double(), w.double(), grad_y.double()
+        for how, got in kernel_runs(name, launch, kernel, x, w, grad_y):
+            where = f"{name}, {what}, outputs filled with random values beforehand" + (f", {how}" if how else "")
+            expected = (grad_y64 * w64[None, :], _sums_down_groups(grad_y64 * x64, 32))
+            for part, label, tolerance in ((0, "grad_x", dict(rtol=1e-6, atol=1e-6)),
+                                           (1, "partial", dict(rtol=1e-5, atol=1e-5 * 32 ** 0.5))):
+                try:
+                    compare(f"{where}: {label}", got[part], expected[part], show_picture=True,
+                            outputs_start_as_nan=False, **tolerance)
+                except ExerciseError as error:
+                    hint = _backward_hint(got, x, w, grad_y, **blocks)
+                    if hint is None and launch.kept_fill(got[part], expected[part], **tolerance):
+                        hint = KEPT_FILL_HINT
+                    raise ExerciseError(str(error) + (f"\n  hint: {hint}" if hint else "")) from None
     say(f"{name.split(' (')[0]} passed: {len(cases)} cases, including transposed x and grad_y, a strided w, "
           "an expanded grad_y and other block sizes.")
     big = DEVICE != "cpu"
@@ -203,25 +260,66 @@ def launch_scale_columns_forward(scale_columns_forward_kernel, x, w, out=None, b
     return out
 
 
+class _Launches(list):
+    """One entry per launch of a kernel (its grid), and ``.arguments``: each launch's
+    arguments by the kernel's parameter names."""
+
+    def __init__(self):
+        super().__init__()
+        self.arguments = []
+
+
 @contextlib.contextmanager
-def _counting_launches(kernel):
+def _counting_launches(kernel, mark=None):
     """A list that gets one entry each time ``kernel[grid](...)`` launches in the block
-    (``kernel[grid]`` calls ``kernel.run``), or None for no kernel."""
+    (``kernel[grid]`` calls ``kernel.run``), or None for no kernel. ``mark``: {parameter name:
+    function of the tensor passed there}, called after each launch, to change what the kernel
+    wrote by a known amount (what the operator returns must then carry it)."""
     if kernel is None:
         yield None
         return
-    launches = []
+    launches = _Launches()
     run = kernel.run
+    try:
+        parameters = list(inspect.signature(kernel.fn).parameters)
+    except (TypeError, ValueError, AttributeError):
+        parameters = []
 
     def counting_run(*args, **kwargs):
         launches.append(kwargs.get("grid"))
-        return run(*args, **kwargs)
+        bound = dict(zip(parameters, args)) | {k: v for k, v in kwargs.items() if k in parameters}
+        launches.arguments.append(bound)
+        result = run(*args, **kwargs)
+        for parameter, change in (mark or {}).items():
+            if isinstance(bound.get(parameter), torch.Tensor):
+                with torch.no_grad():
+                    change(bound[parameter])
+        return result
 
     kernel.run = counting_run
     try:
         yield launches
     finally:
         del kernel.run  # the class's method again
+
+
+def _grad_y_strides_hint(launches, x):
+    """What the backward launch's own arguments say is wrong about grad_y's or grad_x's layout, or ""."""
+    for bound in getattr(launches, "arguments", []):
+        grad_y, grad_x = bound.get("grad_y_ptr"), bound.get("grad_x_ptr")
+        passed = (bound.get("stride_grad_y_row"), bound.get("stride_grad_y_col"))
+        if isinstance(grad_y, torch.Tensor) and grad_y.dim() == 2 and passed != tuple(grad_y.stride()):
+            if passed == tuple(x.stride()):
+                return (f"the backward operator passes x's strides {tuple(x.stride())} as grad_y's "
+                        f"(stride_grad_y_row, stride_grad_y_col), while grad_y's strides are {tuple(grad_y.stride())}: "
+                        "pass grad_y.stride(0) and grad_y.stride(1); the gradient that arrives need not be laid "
+                        "out as x")
+            return (f"the backward operator passes {passed} as grad_y's strides (stride_grad_y_row, "
+                    f"stride_grad_y_col), while grad_y's strides are {tuple(grad_y.stride())}: pass "
+                    "grad_y.stride(0) and grad_y.stride(1)")
+        if isinstance(grad_x, torch.Tensor) and grad_x.dim() == 2 and not grad_x.is_contiguous():
+            return _GRAD_X_LAYOUT_HINT
+    return ""
 
 
 def _is_triton_op(op):
@@ -306,7 +404,7 @@ def _values_and_grads(name, op, x, w, grad_y, forward_kernel, backward_kernel, w
     x = x.detach().requires_grad_()
     w = w.detach().requires_grad_()
     with _counting_launches(forward_kernel) as forward_launches:
-        out = run_student_code(name, op, x, w)
+        out = run_student_code(name, op, x, w, explain=_OPERATOR_ERRORS)
     laid_out_as_x = isinstance(out, torch.Tensor) and not out.is_contiguous() and out.stride() == x.stride()
     with _hint_on_failure(_OUTPUT_LAYOUT_HINT if laid_out_as_x else ""):
         compare(f"{name}: the operator's output for {what}", out, x.detach().double() * w.detach().double(),
@@ -319,18 +417,19 @@ def _values_and_grads(name, op, x, w, grad_y, forward_kernel, backward_kernel, w
                             "scale_columns_op.register_autograd(backward, setup_context=setup_context)")
     with _counting_launches(backward_kernel) as backward_launches:
         if grad_y is None:
-            run_student_code(name, lambda: out.sum().backward())
+            run_student_code(name, lambda: out.sum().backward(), explain=_OPERATOR_ERRORS)
             grad_y = torch.ones_like(out)
         else:
-            run_student_code(name, out.backward, grad_y)
+            run_student_code(name, out.backward, grad_y, explain=_OPERATOR_ERRORS)
     if x.grad is None or w.grad is None:
         raise ExerciseError(f"{name}: the grad of {'x' if x.grad is None else 'w'} is None for {what}: backward must "
                             "return (grad_x, grad_w), one gradient for each input")
     x64, grad_y64 = x.detach().double(), grad_y.double()
-    with _hint_on_failure(_GRAD_X_LAYOUT_HINT if not x.is_contiguous() else ""):
+    with _hint_on_failure(_grad_y_strides_hint(backward_launches, x)):
         compare(f"{name}: the grad of x for {what}", x.grad, grad_y64 * w.detach().double(), rtol=1e-5, atol=1e-6)
-    compare(f"{name}: the grad of w for {what}", w.grad, (grad_y64 * x64).sum(0), rtol=1e-5,
-            atol=1e-5 * x.shape[0] ** 0.5)
+    with _hint_on_failure(_grad_y_strides_hint(backward_launches, x)):
+        compare(f"{name}: the grad of w for {what}", w.grad, (grad_y64 * x64).sum(0), rtol=1e-5,
+                atol=1e-5 * x.shape[0] ** 0.5)
     if backward_launches == []:
         raise ExerciseError(f"{name}: the backward did not launch scale_columns_backward_kernel: compute both "
                             "gradients with the backward operator, which launches it through wrap_triton")
@@ -359,6 +458,76 @@ def _compiled_matches(name, op, forward_kernel, backward_kernel):
                           None if ON_GPU else backward_kernel, "x of shape (21, 37), compiled")
     finally:
         torch._dynamo.reset()
+
+
+# The exercise's words for the errors torch raises about an operator's results.
+_OPERATOR_ERRORS = (
+    ("may not alias any inputs", "the operator returns one of its inputs, or a view of one (x itself when every "
+     "weight is 1, say): an operator's result must be a new tensor, here the one its kernel writes, whatever the "
+     "weights"),
+    ("must not also be an input", "the operator returns one of its inputs: an operator's result must be a new "
+     "tensor, here the one its kernel writes"),
+)
+
+_MARK = 7.25  # added to what a kernel wrote: the operator's results must carry it
+
+
+def _carries_mark(got, expected):
+    """Whether got - expected is a whole positive number of marks everywhere (one a launch that
+    wrote the element), i.e. got was written by the kernel whose outputs were marked."""
+    if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+        return False
+    marks = (got.detach().to("cpu", torch.float64) - expected) / _MARK
+    return bool(((marks - marks.round()).abs() < 1e-3).all() and (marks.round() >= 1).all())
+
+
+def _results_come_from_the_kernels(name, op, forward_kernel, backward_kernel):
+    """Special weights (all ones, all zeros, -1), and the operator's results traced to its kernels:
+    what each launch writes is changed by a known amount right after it, so an output or a
+    gradient computed beside a launch (in PyTorch, say) shows, and so does an input returned."""
+    for what, w_value in (("every weight 1", 1.0), ("every weight 0", 0.0), ("every weight -1", -1.0)):
+        x = torch.randn(37, 21, device=DEVICE)
+        w = torch.full((21,), w_value, device=DEVICE)
+        _values_and_grads(name, op, x, w, torch.randn(x.shape, device=DEVICE), forward_kernel, backward_kernel, what)
+        out = run_student_code(name, op, x, w, explain=_OPERATOR_ERRORS)
+        if isinstance(out, torch.Tensor) and any(out.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()
+                                                 for t in (x, w)):
+            raise ExerciseError(f"{name}: for {what} the operator returns {'x' if out.shape == x.shape else 'w'} "
+                                "itself (or a view of it): it must return a new tensor, written by "
+                                "scale_columns_forward_kernel, whatever the weights")
+    for what, w_value in (("every weight 1", 1.0), ("every weight 0", 0.0), ("random weights", None)):
+        x = torch.randn(45, 19, device=DEVICE).requires_grad_()
+        w = (torch.randn(19, device=DEVICE) if w_value is None else torch.full((19,), w_value, device=DEVICE))
+        _marked_results(name, op, x, w.requires_grad_(), forward_kernel, backward_kernel, what)
+
+
+def _marked_results(name, op, x, w, forward_kernel, backward_kernel, what):
+    """op(x, w) and its gradients with every launch's outputs changed by _MARK right after it."""
+    grad_y = torch.randn(x.shape, device=DEVICE)
+
+    def mark_all(t):
+        t.add_(_MARK)
+
+    def mark_first_row(t):
+        t[0].add_(_MARK)
+
+    with _counting_launches(forward_kernel, mark={"out_ptr": mark_all}):
+        out = run_student_code(name, op, x, w, explain=_OPERATOR_ERRORS)
+    x64, w64, grad_y64 = x.detach().double(), w.detach().double(), grad_y.double()
+    if isinstance(out, torch.Tensor) and not _carries_mark(out, x64 * w64):
+        raise ExerciseError(f"{name}: for {what}, the operator's output is not what scale_columns_forward_kernel "
+                            "wrote: the checker changed the kernel's output right after its launch, and the "
+                            "operator returned other values. Return the tensor the kernel writes, not a result "
+                            "computed beside it (whatever the weights)")
+    with _counting_launches(backward_kernel, mark={"grad_x_ptr": mark_all, "partial_ptr": mark_first_row}):
+        run_student_code(name, out.backward, grad_y, explain=_OPERATOR_ERRORS)
+    for label, grad, expected in (("x", x.grad, grad_y64 * w64), ("w", w.grad, (grad_y64 * x64).sum(0))):
+        if grad is not None and not _carries_mark(grad, expected):
+            raise ExerciseError(
+                f"{name}: for {what}, the gradient of {label} is not what scale_columns_backward_kernel wrote: the "
+                "checker changed the kernel's outputs right after its launch (grad_x, and row 0 of the partial "
+                "sums), and the backward returned other values. Compute both gradients from what the kernel "
+                "writes (grad_x itself, grad_w the partial rows summed), not beside it in PyTorch")
 
 
 def check_scale_columns_op(scale_columns_forward_kernel, scale_columns_backward_kernel, scale_columns_op):
@@ -393,6 +562,8 @@ def check_scale_columns_op(scale_columns_forward_kernel, scale_columns_backward_
     _opcheck(name, scale_columns_op, (x, w), "on x of shape (9, 5)")
     _opcheck(name, scale_columns_op, (x.requires_grad_(), w.requires_grad_()), "with inputs that need grad")
     _compiled_matches(name, scale_columns_op, forward_kernel, backward_kernel)
+    # Not counted in the line below: special weights, and the results traced to the kernels.
+    _results_come_from_the_kernels(name, scale_columns_op, forward_kernel, backward_kernel)
     how = ("inductor launching your kernels itself" if ON_GPU else
            "aot_eager, the operator opaque (under the interpreter inductor cannot launch interpreted kernels)")
     say(f"{name.split(' (')[0]} passed: the forward kernel on {len(inputs)} inputs, the operator's values and "

@@ -8,7 +8,7 @@ import triton
 from ...core.runtime import DEVICE
 from ..checking import ExerciseError, compare
 from ..student_kernels import kernel_runs, report_speed, require_kernel
-from .common import Exercise, hidden_case, random_size, say
+from .common import KEPT_FILL_HINT, Exercise, Prefilled, hidden_case, random_fill, random_size, say
 
 __all__ = ["launch_add_routed_rows", "check_add_routed_rows",
            "launch_local_attention_forward", "check_local_attention_forward"]
@@ -102,6 +102,21 @@ def check_add_routed_rows(add_routed_rows_kernel):
                 compare(f"{what}" + (f", {how}" if how else ""), got, expected, rtol=1e-6, atol=0)
             except ExerciseError as error:
                 raise _with_hint(error, _add_routed_rows_hint(got, light, heavy, indices)) from None
+    # Not counted in the line below: sizes past the printed cases' (a long sequence, many routed tokens,
+    # a wide row), one sequence's positions all routed in reverse order.
+    for batch, seq_len, num_routed, dim in ((2, 300, 130, 70), (1, 40, 40, 200)):
+        what = f"{name}, {batch} sequence(s) of {seq_len} tokens of width {dim}, {num_routed} routed"
+        light = torch.randn(batch, seq_len, dim, device=DEVICE)
+        heavy = torch.randn(batch, num_routed, dim, device=DEVICE)
+        indices = torch.rand(batch, seq_len, device=DEVICE).topk(num_routed, dim=-1).indices
+        expected = light.clone()
+        for b in range(batch):
+            expected[b].index_add_(0, indices[b], heavy[b])
+        for how, got in kernel_runs(name, launch_add_routed_rows, kernel, light, heavy, indices):
+            try:
+                compare(f"{what}" + (f", {how}" if how else ""), got, expected, rtol=1e-6, atol=0)
+            except ExerciseError as error:
+                raise _with_hint(error, _add_routed_rows_hint(got, light, heavy, indices)) from None
     say(f"{name.split(' (')[0]} passed: {len(cases)} shapes, the routed rows added and the others untouched.")
     batch, seq_len, num_routed, dim = 8, 4096, 512, 1024
     if DEVICE != "cpu":
@@ -156,11 +171,12 @@ def _windowed_attention(q, k, v, window, scale, **mask_options):
 
 
 def _tiled_attention(q, k, v, window, scale, block_q, block_k, first_key, *, rescale_sum=True,
-                     rescale_acc=True, hidden_score=float("-inf")):
+                     rescale_acc=True, hidden_score=float("-inf"), last_key=None):
     """The kernel's loop in float64, with a mistake switched on: for each tile of block_q
     queries, the key tiles from ``first_key(start_q)`` to the tile's last query, the
     online softmax with (or without) its rescaling, and hidden scores set to
-    ``hidden_score``. Keys past n are zeros, as a load with other=0 gives them."""
+    ``hidden_score``. Keys past n are zeros, as a load with other=0 gives them. ``last_key(start_q)``:
+    where the loop over key tiles stops (exclusive), the tile's last query + 1 when None."""
     q, k, v = (t.detach().to("cpu", torch.float64) for t in (q, k, v))
     heads, n, head_dim = q.shape
     padding = block_q + block_k
@@ -171,7 +187,8 @@ def _tiled_attention(q, k, v, window, scale, block_q, block_k, first_key, *, res
         running_max = torch.full((heads, len(queries)), float("-inf"), dtype=torch.float64)
         running_sum = torch.zeros(heads, len(queries), dtype=torch.float64)
         acc = torch.zeros(heads, len(queries), head_dim, dtype=torch.float64)
-        for start_k in range(first_key(start_q), min(start_q + block_q, n), block_k):
+        end = min(start_q + block_q, n) if last_key is None else last_key(start_q)
+        for start_k in range(first_key(start_q), end, block_k):
             keys = torch.arange(start_k, start_k + block_k)
             scores = q[:, queries] @ k[:, keys].transpose(-1, -2) * scale
             seen = (keys[None, :] <= queries[:, None]) & (keys[None, :] > queries[:, None] - window)
@@ -237,6 +254,15 @@ def _local_attention_hint(got, q, k, v, window, block_q, block_k, expected, rtol
                 return (f"the {missing} {verb} not rescaled when the maximum grows. What was added before carries "
                         "exp(score - old max): multiply it by alpha = exp(old max - new max) before adding the "
                         "new tile (acc = acc * alpha[:, None] + tl.dot(p, v))")
+    # Where a loop may stop short of the diagonal's tile: at the tile's first query, or one key tile early.
+    last_keys = (lambda start_q: start_q, lambda start_q: min(start_q + block_q, q.shape[1]) - block_k,
+                 lambda start_q: min(start_q + block_q, q.shape[1]) - 1)
+    for first_key in first_keys:
+        for last_key in last_keys:
+            if explained_by(_tiled_attention(q, k, v, window, scale, block_q, block_k, first_key, last_key=last_key)):
+                return ("the loop over key tiles stops before the keys on the diagonal: query i sees key i itself, "
+                        "so the tile of keys that holds the tile's own queries must be visited too (the loop's end "
+                        "is exclusive: it must lie past the tile's last query, up to seq_len)")
     nan = got.detach().isnan()
     if nan.any() and not nan.all():  # all NaN: nothing was written, as compare says
         return ("NaN where the answer is a number: a query that has seen no visible key yet has running max -inf, "
@@ -247,6 +273,17 @@ def _local_attention_hint(got, q, k, v, window, block_q, block_k, expected, rtol
                 "GPU, tl.dot rounds float32 inputs to TF32 (10 bits of mantissa) unless it is told "
                 "input_precision=\"ieee\"; pass it to both products")
     return None
+
+
+def _adversarial_attention_cases():
+    """(what, (q, k, v), window): scores far below 0 and far above, and a longer sequence."""
+    heads, n, d = 2, 37, 16
+    noise = [torch.randn(heads, n, d, device=DEVICE) * 0.3 for _ in range(3)]
+    far = (noise[0] + 6, noise[1] - 6, torch.randn(heads, n, d, device=DEVICE))  # scores near -144
+    near = (noise[0] + 6, noise[2] + 6, torch.randn(heads, n, d, device=DEVICE))  # scores near +144
+    long = tuple(torch.randn(1, 150, 16, device=DEVICE) for _ in range(3))
+    return [("2 heads of 37 tokens, scores near -144", far, 9), ("2 heads of 37 tokens, scores near +144", near, 9),
+            ("1 head of 150 tokens", long, 40)]
 
 
 def check_local_attention_forward(local_attention_forward_kernel):
@@ -282,6 +319,28 @@ def check_local_attention_forward(local_attention_forward_kernel):
                                                  compiled_after_interpreter=passed_interpreted)
                     raise _with_hint(error, hint) from None
                 passed_interpreted = True
+    # Not counted in the line below: scores far below and far above 0 (no shift that is the largest
+    # only near 0 survives them), a sequence longer than the printed ones, and an output filled with
+    # random values beforehand rather than NaN, a new fill each run.
+    for what, (q, k, v), window in _adversarial_attention_cases():
+        what = f"{name}, {what}, window {window}, output filled with random values beforehand"
+        expected = _windowed_attention(q, k, v, window, q.shape[-1] ** -0.5)
+        launch = Prefilled(launch_local_attention_forward, lambda q, *rest: random_fill(q.shape, q.device, q.dtype))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            for how, got in kernel_runs(name, launch, kernel, q, k, v, window):
+                try:
+                    compare(f"{what}" + (f", {how}" if how else ""), got, expected, rtol=rtol, atol=atol,
+                            outputs_start_as_nan=False)
+                except ExerciseError as error:
+                    hint = _local_attention_hint(got, q, k, v, window, 16, 16, expected, rtol, atol,
+                                                 compiled_after_interpreter=False)
+                    if hint is None and launch.kept_fill(got, expected, rtol=rtol, atol=atol):
+                        hint = KEPT_FILL_HINT
+                    if hint is None and not got.detach().isfinite().all():
+                        hint = ("inf or NaN where the answer is a number, on scores far from 0: the running max "
+                                "must start at -inf (not 0) and every exponent be taken after subtracting it")
+                    raise _with_hint(error, hint) from None
     say(f"{name.split(' (')[0]} passed: {len(cases)} cases, windows from 1 to past the sequence, n not a "
           "multiple of the tile, head_dim 16 and 32, q, k and v as views.")
     batch, heads, seq_len, head_dim, window = 4, 8, 4096, 64, 128

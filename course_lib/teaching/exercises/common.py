@@ -75,3 +75,39 @@ class Exercise:
 def say(message):
     """Print a checker's verdict wrapped to the book's column of 88 characters."""
     print(textwrap.fill(message, 88, break_on_hyphens=False, break_long_words=False))
+
+
+class Prefilled:
+    """A launcher whose outputs start filled with random values like real ones (a fresh
+    fill each call, so no two runs, interpreted and compiled, see the same), instead of the
+    NaN a student's launch sees: an answer that writes only where the output holds NaN, or
+    that reads its output to decide, fails. ``fills`` keeps each call's fills, to name it."""
+
+    def __init__(self, launch, make_outputs):
+        self.launch, self.make_outputs, self.fills = launch, make_outputs, []
+
+    def __call__(self, kernel, *args, **kwargs):
+        out = self.make_outputs(*args)
+        self.fills.append(tuple(t.clone() for t in out) if isinstance(out, tuple) else out.clone())
+        return self.launch(kernel, *args, out=out, **kwargs)
+
+    def kept_fill(self, got, expected, rtol=1e-5, atol=1e-5):
+        """Whether the wrong elements of ``got`` (one output) hold the last fill's values."""
+        fill = self.fills[-1] if self.fills else None
+        if isinstance(fill, tuple):
+            fill = next((f for f in fill if f.shape == getattr(got, "shape", None)), None)
+        if fill is None or not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+            return False
+        got64, fill64, expected64 = (t.detach().to("cpu", torch.float64) for t in (got, fill, expected))
+        wrong = ~torch.isclose(got64, expected64, rtol=rtol, atol=atol, equal_nan=True)
+        return bool(wrong.any() and torch.isclose(got64[wrong], fill64[wrong], rtol=0, atol=0).all())
+
+
+KEPT_FILL_HINT = ("the wrong elements still hold what the output held before the launch (here random values, "
+                  "not NaN): write every element of the output, whatever it holds; a kernel must not read its "
+                  "output to decide what to write")
+
+
+def random_fill(shape, device, dtype=torch.float32):
+    """Values an output may hold before the launch, indistinguishable from real ones."""
+    return torch.randn(shape, device=device, dtype=dtype)

@@ -134,3 +134,67 @@ def test_column_sum_refuses_what_is_not_a_kernel(answer, message):
 def test_column_sum_names_the_mistake(mistake, message):
     with pytest.raises(ExerciseError, match=message):
         exercises.check_column_sum(_column_sum(mistake))
+
+
+# ---------------------------------------------------------- past the listed cases (issue 54)
+
+STORE_1_1 = "tl.store(out_ptr + rows[:, None] * stride_out_row + cols[None, :], x * w[None, :], mask=mask)"
+
+
+@pytest.mark.parametrize("mistake, message", [
+    # zeros past 100 rows, past 200 columns, past 64 programs: sizes the listed cases never reach
+    ({"x * w[None, :]": "tl.where(n_rows > 100, 0.0, x * w[None, :])"}, "past the cases listed"),
+    ({"x * w[None, :]": "tl.where(n_cols > 200, 0.0, x * w[None, :])"}, "past the cases listed"),
+    ({"x * w[None, :]": "tl.where(tl.program_id(0) > 64, 0.0, x * w[None, :])"}, "past the cases listed"),
+    # right values only where the output was filled with NaN
+    ({STORE_1_1: "old = tl.load(out_ptr + rows[:, None] * stride_out_row + cols[None, :], mask=mask)\n"
+                 "    tl.store(out_ptr + rows[:, None] * stride_out_row + cols[None, :],"
+                 " tl.where(old != old, x * w[None, :], 0.0), mask=mask)"}, "right when the outputs start as NaN"),
+])
+def test_scale_columns_past_the_listed_cases(mistake, message):
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_scale_columns(_scale_columns(mistake))
+
+
+@pytest.mark.parametrize("mistake, message", [
+    ({"tl.store(out_ptr + cols, acc, mask=col_mask)":
+      "tl.store(out_ptr + cols, tl.where(n_rows > 1000, 0.0, acc), mask=col_mask)"}, "past the cases listed"),
+    ({"tl.store(out_ptr + cols, acc, mask=col_mask)":
+      "old = tl.load(out_ptr + cols, mask=col_mask)\n"
+      "    tl.store(out_ptr + cols, tl.where(old != old, acc, 0.0), mask=col_mask)"}, "right when the outputs start"),
+])
+def test_column_sum_past_the_listed_cases(mistake, message):
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_column_sum(_column_sum(mistake))
+
+
+def by_autograd_without_enable_grad(x, w, g):
+    x, w = x.clone().requires_grad_(), w.clone().requires_grad_()
+    return torch.autograd.grad(references.weighted_sum(x, w), (x, w), g)
+
+
+def by_backward_without_enable_grad(x, w, g):
+    x.requires_grad_()
+    w.requires_grad_()
+    (x * w).sum(-1).backward(g)
+    return x.grad, w.grad
+
+
+@pytest.mark.parametrize("answer, message", [
+    (by_autograd_without_enable_grad, "from the formulas you derived, not from autograd.*torch.no_grad"),
+    (by_backward_without_enable_grad, "from the formulas you derived, not from autograd.*torch.no_grad"),
+    # the sum for grad_w over axis 1, which a 1-D x does not have
+    (lambda x, w, g: (g[..., None] * w, (x * g[..., None]).sum(1)), "x may have any number of leading axes"),
+    # over axis 0 only: right for a 2-D x, the wrong shape for a 1-D or 3-D one
+    (lambda x, w, g: (g[..., None] * w, (x * g[..., None]).sum(0)), "over every axis of x but the last"),
+])
+def test_weighted_sum_grads_says_python_errors_in_the_exercise_words(answer, message):
+    with pytest.raises(ExerciseError, match=message) as raised:
+        exercises.check_weighted_sum_grads(answer)
+    assert "Traceback" not in str(raised.value)
+
+
+@pytest.mark.parametrize("decorator", ["@triton.jit(do_not_specialize=[])", "@triton.jit(debug=False)"])
+def test_a_right_answer_with_options_of_triton_jit_passes(decorator, capsys):
+    exercises.check_scale_columns(_scale_columns({"@triton.jit\n": decorator + "\n"}))
+    assert capsys.readouterr().out.startswith("Exercise 1.1 passed")

@@ -78,3 +78,62 @@ def test_causal_softmax_names_the_mistake(mistake, message):
 def test_online_softmax_names_the_mistake(mistake, message):
     with pytest.raises(ExerciseError, match=message):
         exercises.check_online_softmax(_kernel("2.3", "online_softmax_kernel", mistake))
+
+
+# ---------------------------------------------------------- past the listed cases (issue 54)
+
+ONLY_WHERE_NAN = {"tl.store(y_ptr + rows[:, None] * stride_y_row + cols[None, :], y, mask=mask)":
+                  "old = tl.load(y_ptr + rows[:, None] * stride_y_row + cols[None, :], mask=mask)\n"
+                  "    tl.store(y_ptr + rows[:, None] * stride_y_row + cols[None, :], tl.where(old != old, y, 0.5),"
+                  " mask=mask)"}
+
+
+@pytest.mark.parametrize("mistake, message", [
+    (ONLY_WHERE_NAN, "right when the outputs start as NaN"),  # writes only where the output held NaN
+    ({"numerator = tl.exp(": "numerator = tl.where(n_rows > 500, 0.0, 1.0) * tl.exp("}, "past the cases listed"),
+    ({'other=float("-inf")': "other=-100.0"}, "finite stand-in for -inf"),  # wins the max of scores near -200
+    ({"numerator = tl.exp(": "numerator = tl.where(n_cols > 200, 0.0, 1.0) * tl.exp("}, "past the cases listed"),
+])
+def test_softmax_rows_past_the_listed_cases(mistake, message):
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_softmax_rows(_kernel("2.1", "softmax_rows_kernel", mistake))
+
+
+HIDDEN_READ = {'mask=visible, other=float("-inf"))': 'mask=query_exists & (keys < n)[None, :], other=float("-inf"))',
+               "numerator = tl.exp(scores": 'scores = tl.where(visible, scores, float("-inf"))\n'
+                                            "    numerator = tl.exp(scores"}
+
+
+@pytest.mark.parametrize("mistake, message", [
+    (HIDDEN_READ, "reads scores it must not.*hidden scores .keys j > i"),  # whole row loaded, masked afterwards
+    ({'other=float("-inf")': "other=-100.0"}, "finite stand-in for -inf"),  # wins the max of scores near -200
+    ({"weights, mask=query_exists": "tl.where(visible, weights, 1e-30), mask=query_exists"},
+     "exactly 0 at the hidden keys"),
+    ({"numerator = tl.exp(": "numerator = tl.where(n > 40, 0.0, 1.0) * tl.exp("}, "past the cases listed"),
+])
+def test_causal_softmax_past_the_listed_cases(mistake, message):
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_causal_softmax(_kernel("2.2", "causal_softmax_kernel", mistake))
+
+
+THREE_PASSES = {"row_sum = (row_sum * tl.exp(row_max - grown_max) + tl.sum(tl.exp(tile - grown_max), axis=0)) "
+                "row_max = grown_max":
+                "row_max = grown_max\n"
+                "    for start in range(0, n_cols, BLOCK_COLS):\n"
+                "        cols = start + tl.arange(0, BLOCK_COLS)\n"
+                '        tile = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf"))\n'
+                "        row_sum += tl.sum(tl.exp(tile - row_max), axis=0)"}
+
+
+@pytest.mark.parametrize("mistake, message", [
+    ({'row_max = tl.full((), float("-inf"), tl.float32)': "row_max = tl.full((), 0.0, tl.float32)"},
+     "maximum start(s|ed) at 0"),
+    (THREE_PASSES, "loaded up to 3 times.*online softmax"),
+    ({'other=float("-inf")': "other=-100.0"}, "finite stand-in for -inf"),  # padding wins the max near -200
+    ({"tl.store(y_row + cols, tl.exp(tile - row_max) / row_sum, mask=cols < n_cols)":
+      "tl.store(y_row + cols, tl.where(n_cols > 150, 0.0, tl.exp(tile - row_max) / row_sum), mask=cols < n_cols)"},
+     "past the cases listed"),
+])
+def test_online_softmax_past_the_listed_cases(mistake, message):
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_online_softmax(_kernel("2.3", "online_softmax_kernel", mistake))

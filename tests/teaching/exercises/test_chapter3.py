@@ -166,3 +166,75 @@ DGAMMA_ROW, DBETA_ROW = "partial_dgamma_ptr + partial_row", "partial_dbeta_ptr +
 def test_layernorm_backward_rows_names_the_mistake(mistake, message):
     with pytest.raises(ExerciseError, match=message):
         exercises.check_layernorm_backward_rows(_backward_rows(mistake))
+
+
+# ---------------------------------------------------------- past the listed cases (issue 54)
+
+XHAT_WHERE = "xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)"
+
+
+@pytest.mark.parametrize("mistake, message", [
+    # mean (rstd) loaded without other=, xhat without tl.where: the lanes of rows past the range reach the sums
+    ({XHAT_WHERE: "xhat = (x - mean[:, None]) * rstd[:, None]",
+      "mean = tl.load(mean_ptr + rows, mask=row_mask, other=0.0)": "mean = tl.load(mean_ptr + rows, mask=row_mask)"},
+     r"tl.load\(mean_ptr \+ rows, mask=row_mask\) has a mask but no other="),
+    ({XHAT_WHERE: "xhat = (x - mean[:, None]) * rstd[:, None]",
+      "rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)": "rstd = tl.load(rstd_ptr + rows, mask=row_mask)"},
+     r"tl.load\(rstd_ptr \+ rows, mask=row_mask\) has a mask but no other="),
+    ({"dx = (g - mean_g": "dx = tl.where(n_rows > 100, 0.0, 1.0) * (g - mean_g"}, "past the cases listed"),
+    ({"acc_dbeta += dy": "acc_dbeta += tl.where(n_cols > 120, 0.0, 1.0) * dy"}, "past the cases listed"),
+    ({"tl.store(partial_dbeta_ptr + partial_row, tl.sum(acc_dbeta, axis=0), mask=col_mask)":
+      "old = tl.load(partial_dbeta_ptr + partial_row, mask=col_mask)\n"
+      "    tl.store(partial_dbeta_ptr + partial_row, tl.where(old != old, tl.sum(acc_dbeta, axis=0), 0.0),"
+      " mask=col_mask)"}, "right when the outputs start as NaN"),
+])
+def test_layernorm_backward_rows_past_the_listed_cases(mistake, message):
+    with pytest.raises(ExerciseError, match=message) as raised:
+        exercises.check_layernorm_backward_rows(_backward_rows(mistake))
+    assert "counted twice" not in str(raised.value) and "last tile" not in str(raised.value)
+
+
+@pytest.mark.parametrize("mistake, message", [
+    ({"rstd = 1.0 / tl.sqrt(var + eps)": "rstd = tl.where(n_rows > 50, 1.0, 1.0 / tl.sqrt(var + eps))"},
+     "past the cases listed"),
+    ({"rstd = 1.0 / tl.sqrt(var + eps)": "rstd = tl.where(n_cols > 128, 1.0, 1.0 / tl.sqrt(var + eps))"},
+     "past the cases listed"),
+    ({"tl.store(mean_ptr + rows, mean, mask=in_rows)":
+      "old = tl.load(mean_ptr + rows, mask=in_rows)\n"
+      "    tl.store(mean_ptr + rows, tl.where(old != old, mean, 0.0), mask=in_rows)"},
+     "right when the outputs start as NaN"),
+])
+def test_layernorm_rows_past_the_listed_cases(mistake, message):
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_layernorm_rows(_layernorm_rows(mistake))
+
+
+@pytest.mark.parametrize("mistake, message", [
+    ({"tl.sum(acc, axis=0)": "tl.sum(acc, axis=0) * tl.where(n_rows > 120, 0.0, 1.0)"}, "past the cases listed"),
+    ({"tl.sum(acc, axis=0)": "tl.sum(acc, axis=0) * tl.where(program > 50, 0.0, 1.0)"}, "past the cases listed"),
+])
+def test_column_partial_sums_past_the_listed_cases(mistake, message):
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_column_partial_sums(_column_partial_sums(mistake))
+
+
+def dx_by_autograd(x, gamma, dy, mean, rstd):
+    import torch
+
+    x = x.clone().requires_grad_()
+    xhat = (x - mean[..., None]) * rstd[..., None]
+    return torch.autograd.grad(xhat * gamma, x, dy)[0]
+
+
+def dx_with_row_statistics_unbroadcast(x, gamma, dy, mean, rstd):
+    g = gamma * dy
+    return rstd * (g - g.mean(dim=-1) - (x - mean) * rstd * (g * (x - mean) * rstd).mean(dim=-1))
+
+
+@pytest.mark.parametrize("answer, message", [
+    (dx_by_autograd, "dx from the formula, not from autograd.*torch.no_grad"),
+    (dx_with_row_statistics_unbroadcast, "mean and rstd .*a last axis of 1"),
+])
+def test_layernorm_dx_says_python_errors_in_the_exercise_words(answer, message):
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_layernorm_dx(answer)

@@ -24,7 +24,7 @@ def test_routing_weights_checker(capsys):
     with pytest.raises(ExerciseError, match=r"NaN \* 0 is NaN"):  # y * mask
         exercises.check_routing_weights(lambda a, s, eps, mask=None: _right_routing_weights(a, s, eps) * (
             1.0 if mask is None else mask))
-    with pytest.raises(ExerciseError, match="raised"):  # a not given its last axis: shapes do not broadcast
+    with pytest.raises(ExerciseError, match="(?s)raised.*hint: a has one value a row"):  # a without its last axis
         exercises.check_routing_weights(lambda a, s, eps, mask=None: torch.exp(torch.clamp(s + a, max=0.0) / eps))
 
 
@@ -63,6 +63,16 @@ def test_row_logsumexp_of_min_refuses_what_is_not_a_kernel(answer, message):
     ({"cols * stride_s_col": "cols"}, "stride_s_col"),  # a transposed s read as row-major
     ({"tl.minimum(s, -a)": "tl.minimum(s, a)"}, "not a_i"),
     ({"tl.minimum(s, -a) / eps": "tl.minimum(s, -a)"}, "divide min"),
+    # shifted by a value that is the largest term only on one side of the scores
+    ({"z_max = tl.max(z, axis=0)": "z_max = -a / eps"}, r"(?s)-a above every score.*hint: .* -a_i / eps"),
+    ({"z_max = tl.max(z, axis=0)": "z_max = tl.max(s, axis=0) / eps"}, "the largest score over eps"),
+    # writes only where the output was NaN beforehand
+    ({"tl.store(out_ptr + row, z_max + tl.log(total))":
+      "old = tl.load(out_ptr + row)\n    tl.store(out_ptr + row, tl.where(old != old, z_max + tl.log(total), old))"},
+     "still hold what the output held before the launch"),
+    # right only up to the sizes the printed cases reach
+    ({"tl.store(out_ptr + row, z_max + tl.log(total))":
+      "tl.store(out_ptr + row, tl.where(row < 100, z_max + tl.log(total), 0.0))"}, "300 rows of 3 scores"),
 ])
 def test_row_logsumexp_of_min_names_the_mistake(mistake, message):
     with pytest.raises(ExerciseError, match=message):
@@ -114,7 +124,31 @@ def test_coor_descent_row_refuses_what_is_not_a_kernel(answer, message):
     ({"in_row = cols < n_cols": "in_row = cols <= n_cols"}, "out of bounds"),  # one lane past each row
     ({"row * stride_s_row": "row * n_cols"}, "right stride"),  # a sliced s read as contiguous: between its rows
     ({"cols * stride_s_col": "cols"}, "stride_s_col"),  # a transposed s read as row-major
+    # shifted by a value that is the largest term only on one side of the scores
+    ({"z_max = tl.minimum(s_max, -a)": "z_max = -a"}, "subtracted before the exponential is -a_t"),
+    ({"z_max = tl.minimum(s_max, -a)": "z_max = s_max"}, "subtracted before the exponential is the largest score"),
+    ({"tl.store(y_ptr + row * stride_y_row + cols, y, mask=in_row)":
+      "old = tl.load(y_ptr + row * stride_y_row + cols, mask=in_row)\n"
+      "    tl.store(y_ptr + row * stride_y_row + cols, tl.where(old != old, y, old), mask=in_row)"},
+     "still hold what the output held before the launch"),
+    ({"tl.store(y_ptr + row * stride_y_row + cols, y, mask=in_row)":
+      "tl.store(y_ptr + row * stride_y_row + cols, y, mask=in_row & (n_cols < 1000))"},
+     "(?s)of 1000 scores.*still hold what the output held"),
 ])
 def test_coor_descent_row_names_the_mistake(mistake, message):
     with pytest.raises(ExerciseError, match=message):
         exercises.check_coor_descent_row(_coor_descent_row(mistake))
+
+
+def test_coor_descent_row_without_the_shift_is_wrong_on_every_element_of_a_far_case():
+    """Scores far from 0: the unshifted exponential is inf or 0 on every row, not on one element."""
+    kernel = _coor_descent_row({"(tl.minimum(s, -a) - z_max) / eps": "tl.minimum(s, -a) / eps",
+                                "a = eps * logk - (z_max + eps * tl.log(total))": "a = eps * logk - eps * tl.log(total)"})
+    from course_lib.teaching.exercises import chapter4
+    s, k, n_iters, schedule, _ = chapter4._adversarial_coor_descent_cases()[0]
+    from course_lib.teaching.student_kernels import run_interpreted
+    got = run_interpreted("4.3", exercises.launch_coor_descent_row, kernel, s, k, n_iters,
+                          *chapter4._launch_schedule(schedule))
+    expected = chapter4.references.coor_descent(s.double(), n_iters=n_iters, k=k, **schedule)
+    wrong = ~torch.isclose(got.double(), expected, rtol=5e-4, atol=5e-4)
+    assert wrong.any(dim=1).all() and wrong.double().mean() > 0.9, wrong.sum()

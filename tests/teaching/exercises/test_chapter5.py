@@ -24,6 +24,15 @@ def test_without_graph_breaks_checker(capsys):
         exercises.check_without_graph_breaks(lambda x: torch.softmax(x / x.abs().max(), dim=-1))
 
 
+@pytest.mark.parametrize("answer", [
+    lambda x: torch.softmax(x / max(x.abs().max(), 1.0), dim=-1),  # Python's max: bool() of a tensor
+    lambda x: torch.softmax(x / max(1.0, x.abs().max()), dim=-1),
+])
+def test_without_graph_breaks_refuses_reading_a_tensor_into_python(answer):
+    with pytest.raises(ExerciseError, match="(?s)reads a tensor's value.*hint: the answer must stay in tensor"):
+        exercises.check_without_graph_breaks(answer)
+
+
 # ------------------------------------------------------------------ 5.2
 def _backward_kernel(mistakes=None):
     return solution(NOTEBOOK, "5.2", mistakes).scale_columns_backward_kernel
@@ -57,10 +66,26 @@ def test_scale_columns_backward_refuses_what_is_not_a_kernel(answer, message):
     ({"rows[:, None] * stride_grad_y_row + cols[None, :] * stride_grad_y_col": "rows[:, None] * n_cols + cols[None, :]"},
      "grad_y was read as if contiguous"),
     ({"cols * stride_w": "cols"}, "out of bounds.*w_ptr"),  # w read as contiguous
+    # grad_y's column stride ignored: the message names grad_y's stride, not x's
+    ({"cols[None, :] * stride_grad_y_col": "cols[None, :]"},
+     "(?s)grad_y transposed.*stride_grad_y_col\\)\\?.*hint: grad_y's columns were read one element apart"),
+    ({"cols[None, :] * stride_x_col": "cols[None, :]"}, "(?s)x transposed.*hint: x's columns were read"),
+    # writes grad_x only where it held NaN beforehand
+    ({"""tl.store(grad_x_ptr + rows[:, None] * stride_grad_x_row + cols[None, :],
+                 grad_y * w[None, :], mask=mask)""":
+      """old = tl.load(grad_x_ptr + rows[:, None] * stride_grad_x_row + cols[None, :], mask=mask)
+        tl.store(grad_x_ptr + rows[:, None] * stride_grad_x_row + cols[None, :],
+                 tl.where(old != old, grad_y * w[None, :], old), mask=mask)"""},
+     "still hold what the output held before the launch"),
+    # right only up to the printed cases' number of rows
+    ({"partial += tl.sum(grad_y * x, axis=0)": "partial += tl.sum(grad_y * x, axis=0) * (n_rows < 200)"},
+     "x of shape \\(300, 5\\)"),
 ])
 def test_scale_columns_backward_names_the_mistake(mistake, message):
-    with pytest.raises(ExerciseError, match=message):
+    with pytest.raises(ExerciseError, match=message) as info:
         exercises.check_scale_columns_backward(_backward_kernel(mistake))
+    if "grad_y" in message:
+        assert "stride_x_col" not in str(info.value)
 
 
 # ------------------------------------------------------------------ 5.3
@@ -103,6 +128,18 @@ def test_scale_columns_op_refuses_what_is_not_a_kernel_or_an_operator():
       "torch.library.wrap_triton(scale_columns_backward_kernel) and (lambda *args, **kwargs: None)(",
       "    return out\n": "    return x * w\n"}, "did not launch scale_columns_forward_kernel"),
     ({"scale_columns_op.register_autograd(backward, setup_context=setup_context)": ""}, "register_autograd"),
+    # the backward in PyTorch beside a token launch of the kernel, whose results it discards
+    ({"return scale_columns_backward_op(x, w, grad_y)":
+      "gx, gw = scale_columns_backward_op(x, w, grad_y)\n    return grad_y * w + 0 * gx, (grad_y * x).sum(0) + 0 * gw"},
+     "gradient of x is not what scale_columns_backward_kernel wrote"),
+    # the forward returning x itself (or a copy) when every weight is 1
+    ({"    out = torch.empty(x.shape, device=x.device, dtype=x.dtype)\n":
+      "    if bool((w == 1).all()):\n        return x\n    out = torch.empty(x.shape, device=x.device, dtype=x.dtype)\n"},
+     "returns one of its inputs"),
+    ({"    return out\n": "    return x.clone() if bool((w == 1).all()) else out\n"},
+     "for every weight 1, the operator's output is not what scale_columns_forward_kernel wrote"),
+    # grad_y passed with x's strides
+    ({"grad_y.stride(0), grad_y.stride(1)": "x.stride(0), x.stride(1)"}, "passes x's strides .* as grad_y's"),
     # one row group's partial sums taken for grad_w
     ({"partial.sum(dim=0).to(w.dtype)": "partial[0]"}, "grad of w for x of shape \\(517, 9\\)"),
     ({"return scale_columns_backward_op(x, w, grad_y)": "return scale_columns_backward_op(x, w, grad_y)[0]"},

@@ -37,6 +37,9 @@ def test_add_routed_rows_refuses_what_is_not_a_kernel(answer, message):
     ({"routed, mask=is_routed, other=0)": "routed)"}, "out of bounds"),  # the positions' load unmasked
     # heavy read as if contiguous
     ({"routed[:, None] * stride_heavy_k": "routed[:, None] * dim"}, "rows are 40 elements apart|out of bounds"),
+    # right only up to the printed cases' sizes
+    ({"tl.store(rows, light + heavy, mask=mask)": "tl.store(rows, light + heavy, mask=mask & (num_routed < 100))"},
+     "300 tokens of width 70, 130 routed"),
 ])
 def test_add_routed_rows_names_the_mistake(mistake, message):
     with pytest.raises(ExerciseError, match=message):
@@ -78,6 +81,22 @@ def test_local_attention_forward_refuses_what_is_not_a_kernel(answer, message):
     ({"mask=(keys < seq_len)[:, None], other=0.0)\n        v =": ")\n        v ="}, "out of bounds"),
     # q read as if contiguous
     ({"queries[:, None] * stride_q_n": "queries[:, None] * HEAD_DIM"}, "rows are 48 elements apart|out of bounds"),
+    # the loop over key tiles stops before the tile that holds the diagonal
+    ({"tl.minimum(start_q + BLOCK_Q, seq_len)": "start_q"}, "stops before the keys on the diagonal"),
+    # the running max started at 0: scores far below 0 give exp(score) = 0 and 0 / 0
+    ({'running_max = tl.full((BLOCK_Q,), float("-inf"), tl.float32)': "running_max = tl.zeros((BLOCK_Q,), tl.float32)"},
+     "(?s)scores near -144.*hint: .*start at -inf"),
+    # writes only where the output held NaN beforehand
+    ({"tl.store(out_ptr + bh * stride_out_bh + queries[:, None] * stride_out_n\n             + dims[None, :], "
+      "acc / running_sum[:, None],":
+      "old = tl.load(out_ptr + bh * stride_out_bh + queries[:, None] * stride_out_n + dims[None, :], "
+      "mask=(queries < seq_len)[:, None])\n    tl.store(out_ptr + bh * stride_out_bh + queries[:, None] * stride_out_n"
+      "\n             + dims[None, :], tl.where(old != old, acc / running_sum[:, None], old),"},
+     "still hold what the output held before the launch"),
+    # right only up to the printed cases' lengths
+    ({"acc / running_sum[:, None],\n             mask=(queries < seq_len)[:, None])":
+      "acc / running_sum[:, None],\n             mask=(queries < seq_len)[:, None] & (seq_len < 100))"},
+     "1 head of 150 tokens"),
 ])
 def test_local_attention_forward_names_the_mistake(mistake, message):
     with pytest.raises(ExerciseError, match=message):

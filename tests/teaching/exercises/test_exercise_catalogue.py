@@ -73,3 +73,35 @@ def test_the_ramp_of_kernel_exercises():
     assert all(per_chapter[str(chapter)] >= MIN_KERNELS_A_CHAPTER for chapter in range(1, 7)), per_chapter
     solutions = " ".join(e["solution"] for e in notebook_exercises())
     assert "tl.dot(" in solutions, "no exercise asks for tl.dot"
+
+
+CITED = re.compile(r"\b[Ee]xercises?\s+(\d+\.\d+)((?:\s*(?:,|and|or|to)\s*\d+\.\d+)*)")
+TEACHING = Path(exercises.__file__).resolve().parents[1]
+
+
+def _cited_numbers(text):
+    """Every exercise number a text cites: "Exercise 2.3", "exercise 4.2's", "Exercises 6.1 and 6.2"."""
+    for match in CITED.finditer(text):
+        yield match.group(1)
+        yield from re.findall(r"\d+\.\d+", match.group(2))
+
+
+def _citing_texts():
+    for path in sorted(TEACHING.rglob("*.py")):
+        yield str(path.relative_to(TEACHING.parents[1])), path.read_text()
+    for path in NOTEBOOKS:
+        for index, cell in enumerate(json.loads(path.read_text())["cells"]):
+            if cell["cell_type"] == "markdown":
+                yield f"{path.name}, cell {index}", "".join(cell["source"])
+
+
+def test_every_cited_exercise_exists():
+    numbers = {e.number for e in exercises.EXERCISES}
+    missing = [(where, number) for where, text in _citing_texts() for number in _cited_numbers(text)
+               if number not in numbers]
+    assert not missing, f"exercises cited that the catalogue does not list: {missing}"
+
+
+def test_the_citation_finder_sees_every_form():
+    assert list(_cited_numbers("see exercise 2.4's kernel; Exercises 6.1 and 6.2, Exercise 1.3.")) == [
+        "2.4", "6.1", "6.2", "1.3"]
