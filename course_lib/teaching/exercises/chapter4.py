@@ -315,11 +315,14 @@ def _coor_descent_variant64(s, k, n_iters, schedule, *, pad=float("-inf"), count
     return torch.exp(torch.clamp(s64 + a, max=0.0) / epsilons[y_eps_index])
 
 
-def _coor_descent_shifted32(s, k, n_iters, schedule, shift="none"):
+def _coor_descent_shifted32(s, k, n_iters, schedule, shift="none", nan_min=False):
     """The kernel's y in float32 with the value subtracted before the exponential one of the
     usual mistakes: "none" (exp of min(s, -a) / eps directly: inf past exp(88), then a = -inf),
     "-a" (-a_t, the largest min(s_j, -a_t) only when -a_t lies below every score) or "s_max"
-    (max_j s_j, the largest only when -a_t lies above them)."""
+    (max_j s_j, the largest only when -a_t lies above them). Once a is NaN, ``nan_min`` takes
+    tl.minimum as a GPU computes it (and Triton 3.9's interpreter): the operand that is not
+    NaN; without it, NaN, as Triton 3.7's interpreter gives."""
+    minimum = torch.fmin if nan_min else torch.minimum
     s32 = s.detach().to("cpu", torch.float32)
     epsilons, logk = _eps_schedule(n_iters, **schedule), math.log(k)
     a = torch.full((s32.shape[0], 1), epsilons[0] * (logk - math.log(s32.shape[1])))
@@ -327,13 +330,16 @@ def _coor_descent_shifted32(s, k, n_iters, schedule, shift="none"):
     for t in range(1, n_iters):
         eps = epsilons[t]
         c = {"none": torch.zeros_like(a), "-a": -a, "s_max": s_max}[shift]
-        a = eps * logk - (c + eps * torch.exp((torch.minimum(s32, -a) - c) / eps).sum(-1, keepdim=True).log())
-    return torch.exp(torch.clamp(s32 + a, max=0.0) / epsilons[-1]).double()
+        a = eps * logk - (c + eps * torch.exp((minimum(s32, -a) - c) / eps).sum(-1, keepdim=True).log())
+    return torch.exp(minimum(s32 + a, torch.zeros(())) / epsilons[-1]).double()
 
 
 def _coor_descent_without_max32(s, k, n_iters, schedule):
     """The kernel's y in float32 with the largest term not subtracted."""
     return _coor_descent_shifted32(s, k, n_iters, schedule, "none")
+
+
+SHIFTS = 6  # the candidates for the value subtracted before the exponential, first in the list
 
 
 def _coor_descent_row_hint(got, expected, s, k, n_iters, schedule, large, tolerance):
@@ -345,18 +351,22 @@ def _coor_descent_row_hint(got, expected, s, k, n_iters, schedule, large, tolera
     overflow = ("exp overflowed float32 (past exp(88) it is inf, and then a = -inf): subtract the largest "
                 "min(s_j, -a_t), which is min(max_j s_j, -a_t), before the exponential")
     variant = functools.partial(_coor_descent_variant64, s, k, n_iters, schedule)
-    candidates = [
+    below = ("the value subtracted before the exponential is -a_t, which is the largest min(s_j, -a_t) only "
+             "when -a_t lies below every score; in this case it lies above the scores of a row, where every "
+             "exponent is then far below 0 and exp gives 0: subtract the largest term itself, whichever side "
+             "of the scores -a_t lies on")
+    above = ("the value subtracted before the exponential is the largest score, which is the largest "
+             "min(s_j, -a_t) only when -a_t lies above it; in this case -a_t lies below the largest score of a "
+             "row, where every exponent is then far below 0 and exp gives 0: subtract the largest term itself, "
+             "whichever side of the scores -a_t lies on")
+    shifted = functools.partial(_coor_descent_shifted32, s, k, n_iters, schedule)
+    candidates = [  # the shifts first (SHIFTS of them), each as either NaN rule of tl.minimum computes it
         (lambda: _coor_descent_without_max32(s, k, n_iters, schedule), overflow),
-        (lambda: _coor_descent_shifted32(s, k, n_iters, schedule, "-a"),
-         "the value subtracted before the exponential is -a_t, which is the largest min(s_j, -a_t) only when "
-         "-a_t lies below every score; in this case it lies above the scores of a row, where every exponent "
-         "is then far below 0 and exp gives 0: subtract the largest term itself, whichever side of the scores "
-         "-a_t lies on"),
-        (lambda: _coor_descent_shifted32(s, k, n_iters, schedule, "s_max"),
-         "the value subtracted before the exponential is the largest score, which is the largest "
-         "min(s_j, -a_t) only when -a_t lies above it; in this case -a_t lies below the largest score of a row, "
-         "where every exponent is then far below 0 and exp gives 0: subtract the largest term itself, whichever "
-         "side of the scores -a_t lies on"),
+        (lambda: shifted("none", nan_min=True), overflow),
+        (lambda: shifted("-a"), below),
+        (lambda: shifted("-a", nan_min=True), below),
+        (lambda: shifted("s_max"), above),
+        (lambda: shifted("s_max", nan_min=True), above),
         (lambda: variant(carried=False),
          "every iteration starts again from a_1: the state is not carried, so assign each new a to the "
          "variable the next iteration reads"),
@@ -385,11 +395,21 @@ def _coor_descent_row_hint(got, expected, s, k, n_iters, schedule, large, tolera
          "y divides by the ε reached after the last iteration's decay (ε_T), not by the last iteration's "
          "ε_{T-1}: decay once more after the loop"),
     ]
-    for candidate, text in candidates:
+    found = []
+    for index, (candidate, text) in enumerate(candidates):
+        if found and index >= SHIFTS:  # past the shifts, the first mistake that fits is the one named
+            break
         wrong_y = candidate()
         if wrong_y is not None and not matches(wrong_y, expected, **tolerance) and (
                 matches(got, wrong_y, **tolerance) or _same_or_both_undefined(got, wrong_y, **tolerance)):
-            return text
+            if text not in found:
+                found.append(text)
+            if index >= SHIFTS:
+                break
+    if len(found) > 1:  # no shift at all and a wrong shift give the same y on this case: name each
+        return "one of these: " + "; or ".join(found)
+    if found:
+        return found[0]
     if large and not got.detach().isfinite().all():
         return overflow
     return None

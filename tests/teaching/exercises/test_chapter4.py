@@ -132,7 +132,7 @@ def test_coor_descent_row_refuses_what_is_not_a_kernel(answer, message):
       "    tl.store(y_ptr + row * stride_y_row + cols, tl.where(old != old, y, old), mask=in_row)"},
      "still hold what the output held before the launch"),
     ({"tl.store(y_ptr + row * stride_y_row + cols, y, mask=in_row)":
-      "tl.store(y_ptr + row * stride_y_row + cols, y, mask=in_row & (n_cols < 1000))"},
+      "if n_cols < 1000:\n        tl.store(y_ptr + row * stride_y_row + cols, y, mask=in_row)"},
      "(?s)of 1000 scores.*still hold what the output held"),
 ])
 def test_coor_descent_row_names_the_mistake(mistake, message):

@@ -38,7 +38,7 @@ def test_add_routed_rows_refuses_what_is_not_a_kernel(answer, message):
     # heavy read as if contiguous
     ({"routed[:, None] * stride_heavy_k": "routed[:, None] * dim"}, "rows are 40 elements apart|out of bounds"),
     # right only up to the printed cases' sizes
-    ({"tl.store(rows, light + heavy, mask=mask)": "tl.store(rows, light + heavy, mask=mask & (num_routed < 100))"},
+    ({"tl.store(rows, light + heavy, mask=mask)": "if num_routed < 100:\n        tl.store(rows, light + heavy, mask=mask)"},
      "300 tokens of width 70, 130 routed"),
 ])
 def test_add_routed_rows_names_the_mistake(mistake, message):
@@ -95,7 +95,7 @@ def test_local_attention_forward_refuses_what_is_not_a_kernel(answer, message):
      "still hold what the output held before the launch"),
     # right only up to the printed cases' lengths
     ({"acc / running_sum[:, None],\n             mask=(queries < seq_len)[:, None])":
-      "acc / running_sum[:, None],\n             mask=(queries < seq_len)[:, None] & (seq_len < 100))"},
+      "acc / running_sum[:, None],\n             mask=(queries < seq_len)[:, None] & (queries < 100)[:, None])"},
      "1 head of 150 tokens"),
 ])
 def test_local_attention_forward_names_the_mistake(mistake, message):
