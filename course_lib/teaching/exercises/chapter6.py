@@ -81,6 +81,17 @@ def check_add_routed_rows(add_routed_rows_kernel):
     token r, leaving the other rows of ``out`` (the light branch's output) as they are."""
     name = "Exercise 6.1 (add_routed_rows_kernel)"
     kernel = require_kernel(name, add_routed_rows_kernel, "add_routed_rows_kernel")
+
+    def check_case(what, light, heavy, indices):
+        expected = light.clone()
+        for b in range(light.shape[0]):
+            expected[b].index_add_(0, indices[b], heavy[b])
+        for how, got in kernel_runs(name, launch_add_routed_rows, kernel, light, heavy, indices):
+            try:
+                compare(f"{what}" + (f", {how}" if how else ""), got, expected, rtol=1e-6, atol=0)
+            except ExerciseError as error:
+                raise _with_hint(error, _add_routed_rows_hint(got, light, heavy, indices)) from None
+
     cases = [(1, 1, 1, 1, False), (2, 9, 5, 3, False), (3, 40, 20, 70, False), (2, 16, 16, 33, True)]
     cases += hidden_case(lambda: (lambda n: (random_size(1, 3), n, random_size(1, n), random_size(1, 80), False))(
         random_size(1, 50)))
@@ -94,14 +105,7 @@ def check_add_routed_rows(add_routed_rows_kernel):
         else:
             heavy = torch.randn(batch, num_routed, dim, device=DEVICE)
         indices = torch.rand(batch, seq_len, device=DEVICE).topk(num_routed, dim=-1).indices  # distinct, any order
-        expected = light.clone()
-        for b in range(batch):
-            expected[b].index_add_(0, indices[b], heavy[b])
-        for how, got in kernel_runs(name, launch_add_routed_rows, kernel, light, heavy, indices):
-            try:
-                compare(f"{what}" + (f", {how}" if how else ""), got, expected, rtol=1e-6, atol=0)
-            except ExerciseError as error:
-                raise _with_hint(error, _add_routed_rows_hint(got, light, heavy, indices)) from None
+        check_case(what, light, heavy, indices)
     # Not counted in the line below: sizes past the printed cases' (a long sequence, many routed tokens,
     # a wide row), one sequence's positions all routed in reverse order.
     for batch, seq_len, num_routed, dim in ((2, 300, 130, 70), (1, 40, 40, 200)):
@@ -109,14 +113,7 @@ def check_add_routed_rows(add_routed_rows_kernel):
         light = torch.randn(batch, seq_len, dim, device=DEVICE)
         heavy = torch.randn(batch, num_routed, dim, device=DEVICE)
         indices = torch.rand(batch, seq_len, device=DEVICE).topk(num_routed, dim=-1).indices
-        expected = light.clone()
-        for b in range(batch):
-            expected[b].index_add_(0, indices[b], heavy[b])
-        for how, got in kernel_runs(name, launch_add_routed_rows, kernel, light, heavy, indices):
-            try:
-                compare(f"{what}" + (f", {how}" if how else ""), got, expected, rtol=1e-6, atol=0)
-            except ExerciseError as error:
-                raise _with_hint(error, _add_routed_rows_hint(got, light, heavy, indices)) from None
+        check_case(what, light, heavy, indices)
     say(f"{name.split(' (')[0]} passed: {len(cases)} shapes, the routed rows added and the others untouched.")
     batch, seq_len, num_routed, dim = 8, 4096, 512, 1024
     if DEVICE != "cpu":
