@@ -8,8 +8,10 @@ the same calls (gpu_only_ms): where it is shorter, the host set the pace.
 
 import functools
 import json
+import os
 import re
 import statistics
+import subprocess
 import textwrap
 import time
 import warnings
@@ -302,9 +304,6 @@ def measured_on():
 
 def code_commit():
     """The commit of the code being run: $COURSE_COMMIT, else git's HEAD, else "unknown"."""
-    import os
-    import subprocess
-
     if os.environ.get("COURSE_COMMIT"):
         return os.environ["COURSE_COMMIT"]
     try:

@@ -24,13 +24,13 @@ copy measured in the same run, beside the course's own kernel. It never fails an
 
 import contextlib
 import signal
-import textwrap
 import threading
 
 import torch
 
 from ..core.runtime import ON_GPU, interpret_jit_functions, triton_language_namespaces
 from .checking import ExerciseError, run_student_code
+from .notebook import fit_text
 
 INTERPRETER_SECONDS = 120  # one interpreted launcher call on a checker's small inputs
 
@@ -234,8 +234,8 @@ def report_speed(name, run, n_bytes, *, against=None, share=0.8, advice=""):
     Without a GPU it says why there is no number. Returns the fraction, or None."""
     short = name.split(" (")[0]
     if not ON_GPU:
-        print(textwrap.fill(f"{short}, speed: measured on a GPU only (the interpreter runs each program in "
-                            "Python, so its time says nothing about the kernel's).", 88))
+        print(fit_text(f"{short}, speed: measured on a GPU only (the interpreter runs each program in "
+                       "Python, so its time says nothing about the kernel's)."))
         return None
     import triton.testing
 
@@ -251,7 +251,7 @@ def report_speed(name, run, n_bytes, *, against=None, share=0.8, advice=""):
         line += f"; {label} reaches {reference:.2f} (target {target:.2f}, {share:.0%} of it)"
         if fraction < target and advice:
             line += f". {advice}"
-    print(textwrap.fill(line + ".", 88, break_on_hyphens=False))  # the book's code column
+    print(fit_text(line + "."))
     return fraction
 
 

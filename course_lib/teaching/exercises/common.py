@@ -7,11 +7,11 @@ answer that works only at those sizes fails too.
 """
 
 import dataclasses
-import textwrap
 
 import torch
 
 from ..checking import run_student_code
+from ..notebook import fit_text
 
 HIDDEN_SIZES = False
 
@@ -73,8 +73,8 @@ class Exercise:
 
 
 def say(message):
-    """Print a checker's verdict wrapped to the book's column of 88 characters."""
-    print(textwrap.fill(message, 88, break_on_hyphens=False, break_long_words=False))
+    """Print a checker's verdict wrapped to the book's column."""
+    print(fit_text(message))
 
 
 class Prefilled:

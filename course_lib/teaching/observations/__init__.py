@@ -38,7 +38,6 @@ RESULTS = Path(__file__).resolve().parents[2] / "results" / "observations"
 # REFERENCE_RESULTS names the same run's benchmark file).
 STORED_RUN = "nvidia-h200"
 CHAPTERS = [f"chapter{n}" for n in range(1, 7)]
-WIDTH = 88  # the book's code column
 UNITS = ("µs", "GPU µs", "host µs", "of C", "×", "GB/s", "warps per SM", "SMs", "KiB", "registers", "count")
 
 READINGS = {}  # name -> Reading
@@ -77,6 +76,12 @@ def readings():
     return READINGS
 
 
+def ratio(a, b, otherwise=float("inf")):
+    """a / b for two measured figures; ``otherwise`` where b is not positive (a figure of
+    zero: nothing was measured there), so that no reading divides by zero."""
+    return a / b if b > 0 else otherwise
+
+
 def unit_of(key):
     what, _, unit = key.rpartition(", ")
     if not what or unit not in UNITS:
@@ -105,7 +110,9 @@ def stored_run(results_dir=RESULTS, run=STORED_RUN):
 
 
 def wrapped(text, indent="  "):
-    return textwrap.fill(text, WIDTH, subsequent_indent=indent, break_on_hyphens=False)
+    from ..notebook import COLUMN  # the book's code column (notebook imports this module first)
+
+    return textwrap.fill(text, COLUMN, subsequent_indent=indent, break_on_hyphens=False)
 
 
 def report(name, figures, gpu, stored=None, recording=False):

@@ -6,11 +6,7 @@ kernel and the GPU's properties; the warps an SM holds are the reader's GPU's ow
 on an H100 or an H200, 48 on an L4), never assumed.
 """
 
-from . import reading  # noqa: F401  (each reading registers itself)
-
-
-def _ratio(a, b):
-    return a / b if b > 0 else float("inf")
+from . import ratio, reading
 
 
 @reading("ch2_occupancy", example={
@@ -153,7 +149,7 @@ def autotune(figures):
     def get(what, n, unit="µs"):
         return figures[f"{what} ({n} columns), {unit}"]
 
-    ratios = {n: _ratio(get("autotuned", n), get("course_lib's plan", n))
+    ratios = {n: ratio(get("autotuned", n), get("course_lib's plan", n))
               for n in widths}
     shown = ", ".join(f"{ratios[n]:.2f}× on rows of {n}" for n in widths)
     if all(abs(r - 1) <= 0.05 for r in ratios.values()):
@@ -178,7 +174,7 @@ def autotune(figures):
     else:
         second = (" Tuning again, every config compiled, took no less than the first "
                   "call at some width: compiling was a small part of it here.")
-    calls = min(_ratio(get("first call", n), get("autotuned", n)) for n in widths)
+    calls = min(ratio(get("first call", n), get("autotuned", n)) for n in widths)
     third = (f" A first call costs as much as {calls:,.0f} later calls or more"
              + (", over a thousand." if calls > 1000 else "."))
     ties = [round(get("configs within 3% of the fastest", n, "count")) for n in widths]

@@ -1,13 +1,6 @@
 """Chapter 3's observations: readings of what its cells measure on the reader's GPU."""
 
-from . import reading  # noqa: F401  (each reading registers itself)
-
-TINY = 1e-9  # no division by a zero figure
-
-
-def _ratio(a, b):
-    return a / max(b, TINY)
-
+from . import ratio, reading
 
 @reading("ch3_column_sums", example={"atomics, µs": 50.0, "lock, µs": 1100.0,
                                      "two stages, µs": 52.0,
@@ -18,14 +11,14 @@ def column_sums(figures):
     stages as fast as atomics, and did the unordered methods change their bits here?"""
     atomics, lock = figures["atomics, µs"], figures["lock, µs"]
     stages = figures["two stages, µs"]
-    lock_x = _ratio(lock, max(atomics, stages))
+    lock_x = ratio(lock, max(atomics, stages))
     if lock_x > 2:
         first = (f"The lock takes {lock_x:.1f}× the time of the slower of the other "
                  "two: programs queue for each column block's lock.")
     else:
         first = (f"The lock takes {lock_x:.1f}× the time of the slower of the other "
                  "two, not twice: here its programs seldom waited for one another.")
-    stages_x = _ratio(stages, atomics)
+    stages_x = ratio(stages, atomics)
     if abs(stages_x - 1) <= 0.15:
         second = (f" Two stages take {stages_x:.2f}× the time of atomics, as fast "
                   "within 15%: the second launch reads only a few partial rows.")
@@ -59,8 +52,8 @@ def profile(figures):
     forward = figures["layernorm_forward_kernel, GPU µs"]
     second = figures["column_sum_kernel, GPU µs"]
     total = backward + forward + second
-    bwd_share, fwd_share = _ratio(backward, total), _ratio(forward, total)
-    sum_share = _ratio(second, total)
+    bwd_share, fwd_share = ratio(backward, total), ratio(forward, total)
+    sum_share = ratio(second, total)
     if backward >= forward:
         first = ("The persistent backward takes the largest share of course_lib's "
                  f"step, {bwd_share:.0%}")
@@ -73,7 +66,7 @@ def profile(figures):
     else:
         first += (f"; column_sum_kernel, the second stage, {sum_share:.0%}: "
                   "more than a tenth on this GPU.")
-    eager_x = _ratio(figures["eager F.layer_norm's kernels, GPU µs"], total)
+    eager_x = ratio(figures["eager F.layer_norm's kernels, GPU µs"], total)
     return (first + f" Eager's kernels take {eager_x:.2f}× course_lib's GPU time"
             + ("." if eager_x >= 1 else ", less here."))
 
@@ -84,7 +77,7 @@ def wide_loads(figures):
     """layernorm_kernel_v1 (a load a float) against the package's forward (16 bytes a
     load) on rows of 1000 float32 values, on the GPU alone."""
     v1 = figures["layernorm_kernel_v1, of C"]
-    gain = _ratio(figures["course_lib's forward, of C"], v1)
+    gain = ratio(figures["course_lib's forward, of C"], v1)
     if gain > 1.05:
         return (f"The package's forward reaches {gain:.2f}× v1's fraction of C: with "
                 "a load for every four floats it keeps more bytes in flight a thread.")
@@ -105,7 +98,7 @@ def split_rows(figures):
     against its two-launch fallback (each row read twice) at 2048 x 32768."""
     faster, even, slower = [], [], []
     for dtype in ("float32", "bfloat16"):
-        gain = _ratio(figures[f"{dtype} split rows, of C"],
+        gain = ratio(figures[f"{dtype} split rows, of C"],
                       figures[f"{dtype} two launches, of C"])
         text = f"{gain:.2f}× in {dtype}"
         (faster if gain > 1.05 else even if gain >= 0.95 else slower).append(text)
@@ -137,7 +130,7 @@ def backward_host(figures):
         host = figures[f"{dtype} host, host µs"]
         bench = figures[f"{dtype} do_bench, µs"]
         graph = figures[f"{dtype} CUDA graph, GPU µs"]
-        split = _ratio(host, graph)
+        split = ratio(host, graph)
         if split > 1.1:
             sentences.append(
                 f"In {dtype} the host's {host:.0f} µs a call exceed the kernels' "

@@ -1,18 +1,14 @@
 """Chapter 4's observations: readings of what its cells measure on the reader's GPU."""
 
-from . import reading  # noqa: F401  (each reading registers itself)
+from . import ratio, reading
 
 CLOSE = 1.15  # ratios within 15% of 1 read as "about the same"
 HOST_BOUND = 1.5  # a do_bench time this many times the GPU's own: the host sets it
 
 
-def _ratio(numerator, denominator):
-    return numerator / max(denominator, 1e-9)
-
-
 def _host_bound(timed, gpu):
     """Whether the host sets a do_bench time: much longer than the GPU alone takes."""
-    return timed > HOST_BOUND * max(gpu, 1e-9)
+    return ratio(timed, gpu) > HOST_BOUND
 
 
 @reading("ch4_seed_forward", example={
@@ -23,7 +19,7 @@ def seed_forward(figures):
     which is faster on the GPU alone, and does the host change the timed ratio?"""
     seed, seed_gpu = figures["seed, µs"], figures["seed, GPU µs"]
     ours, ours_gpu = figures["course_lib, µs"], figures["course_lib, GPU µs"]
-    on_gpu, timed = _ratio(seed_gpu, ours_gpu), _ratio(seed, ours)
+    on_gpu, timed = ratio(seed_gpu, ours_gpu), ratio(seed, ours)
     if on_gpu >= CLOSE:
         first = (f"On the GPU alone the seed's forward takes {on_gpu:.2f}× the "
                  "finished one's time.")
@@ -32,7 +28,7 @@ def seed_forward(figures):
                  f"({on_gpu:.2f}×, within 15%).")
     else:
         first = (f"On the GPU alone the finished forward takes "
-                 f"{_ratio(1, on_gpu):.2f}× the seed's time here.")
+                 f"{ratio(1, on_gpu):.2f}× the seed's time here.")
     pairs = (("the seed", seed, seed_gpu), ("course_lib", ours, ours_gpu))
     hosts = [name for name, t, g in pairs if _host_bound(t, g)]
     if hosts:
@@ -56,14 +52,14 @@ def single_launch(figures):
     one_gpu = figures["one cooperative launch, GPU µs"]
     per = figures["one launch a step, µs"]
     per_gpu = figures["one launch a step, GPU µs"]
-    timed, on_gpu = _ratio(per, one), _ratio(per_gpu, one_gpu)
+    timed, on_gpu = ratio(per, one), ratio(per_gpu, one_gpu)
     if timed >= CLOSE:
         first = (f"One launch a step takes {timed:.2f}× the time of one cooperative "
                  "launch.")
     elif timed > 1 / CLOSE:
         first = f"The two paths take about the same time ({timed:.2f}×, within 15%)."
     else:
-        first = f"Here one launch a step is faster, by {_ratio(1, timed):.2f}×."
+        first = f"Here one launch a step is faster, by {ratio(1, timed):.2f}×."
     if on_gpu >= CLOSE:
         second = (f" On the GPU alone, {on_gpu:.2f}×: each of its 22 launches starts "
                   "its programs anew and reloads the tiles.")

@@ -5,14 +5,14 @@ host's as much as the GPU's: the same step is host-bound on a slow CPU and GPU-b
 on a fast one. Every reading here chooses its words from the reader's own split.
 """
 
-from . import reading  # noqa: F401  (each reading registers itself)
+from . import ratio, reading
 
 CLOSE = 1.15  # two times within this factor of each other read as "about the same"
 
 
 def _ratio(a, b):
-    """a / b, or 0.0 where b is not a positive number (never a division by zero)."""
-    return a / b if b > 0 else 0.0
+    """a / b, or 0.0 where b is not positive: these readings say "nothing to compare"."""
+    return ratio(a, b, otherwise=0.0)
 
 
 def _split(host, gpu):
