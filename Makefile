@@ -109,7 +109,7 @@ grade: $(BIN)/.installed
 benchmarks: $(BIN)/.installed
 	$(BIN)/python -m benchmarks
 
-# Chapter 6's training runs (minutes on a GPU: the routed model and its light-only and dense
+# Chapter 7's training runs (minutes on a GPU: the routed model and its light-only and dense
 # baselines, four seeds each), stored for the chapter to plot.
 training: $(BIN)/.installed
 	$(BIN)/python -m benchmarks.train_recall

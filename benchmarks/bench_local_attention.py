@@ -1,4 +1,4 @@
-"""Local causal attention (chapter 6's light branch) against the same attention written
+"""Local causal attention (chapter 7's light branch) against the same attention written
 with its scores, PyTorch's ``routed.local_causal_attention`` on the references (eager and
 its torch.compile): forward, backward and the training step, bfloat16, windows of 128.
 

@@ -1,4 +1,4 @@
-"""The routed block of chapter 6: one training step (forward and backward, as a user's
+"""The routed block of chapter 7: one training step (forward and backward, as a user's
 loop runs it) and its peak memory, bfloat16.
 
     python -m benchmarks --only routed_block

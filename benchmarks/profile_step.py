@@ -3,7 +3,7 @@
     python -m benchmarks.profile_step                      # LayerNorm bfloat16 16384 x 1024
     python -m benchmarks.profile_step --kernel softmax --shape 64,1024,1024 --trace step.json
     python -m benchmarks.profile_step --kernel weighted_sum --python 25   # the step's Python, by function
-    python -m benchmarks.profile_step --kernel routed_block --shape 8,2048,512  # chapter 6's block, eager
+    python -m benchmarks.profile_step --kernel routed_block --shape 8,2048,512  # chapter 7's block, eager
 
 For course_lib (and for course_lib again with every launch through kernel[grid], which
 shows what ``runtime.launch`` saves) and for torch eager, one step as a user's loop runs it (gradients set to
@@ -71,7 +71,7 @@ def kernel_steps(kernel, shape, dtype):
 
 
 def routed_block_steps(shape, dtype):
-    """The same, for chapter 6's block: its weights' gradients are set to None too."""
+    """The same, for chapter 7's block: its weights' gradients are set to None too."""
     _, seq_len, dim = shape
     x = torch.randn(shape, device="cuda", dtype=dtype, requires_grad=True)
     steps = {}

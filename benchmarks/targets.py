@@ -115,7 +115,7 @@ TARGETS = [
     # The host's time for the eager training step (benchmarks/host.py), against torch eager's.
     *(Target(kernel, "host", "every shape", _everywhere, HOST, 1.5)
       for kernel in ("weighted_sum", "softmax", "causal_softmax", "layernorm", "coor_descent")),
-    # Chapter 6's fused local attention, against the same attention with its scores
+    # Chapter 7's fused local attention, against the same attention with its scores
     # written (the references, eager and compiled): set when the kernel was added, at
     # about two thirds of what it first measured on an H200.
     Target("local_attention", "fwd", "every shape", _everywhere, COMPILE, 2.0),
@@ -123,7 +123,7 @@ TARGETS = [
     Target("local_attention", "step", "every shape", _everywhere, EAGER, 2.0),
     Target("local_attention", "step", "every shape", _everywhere, COMPILE, 1.5),
     Target("local_attention", "step", "every shape", _everywhere, GRAPHS, 1.0),
-    # Chapter 6's routed block: its step against the package it comes from and the
+    # Chapter 7's routed block: its step against the package it comes from and the
     # reference compiled, in time and in peak memory.
     Target("routed_block", "step", "every shape", _everywhere, PEER, 1.5),
     Target("routed_block", "step", "every shape", _everywhere, BOTH_COMPILED, 1.2),

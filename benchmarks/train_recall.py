@@ -1,4 +1,4 @@
-"""Train chapter 6's models and store their curves: course_lib/results/training/<gpu>.json.
+"""Train chapter 7's models and store their curves: course_lib/results/training/<gpu>.json.
 
     python -m benchmarks.train_recall                              # every run of CHAPTER_RUNS
     python -m benchmarks.train_recall --only "dense, seed 0; dense, seed 1" --out part.json
@@ -75,7 +75,7 @@ def main(argv=None):
     unknown = [name for name in names if name not in CHAPTER_RUNS]
     if unknown:
         raise SystemExit(f"unknown runs {unknown}; choose from {list(CHAPTER_RUNS)}")
-    require_gpu("chapter 6's training runs")
+    require_gpu("chapter 7's training runs")
     print("wrote", write(train_runs(names), arguments.out))
 
 

@@ -4,7 +4,7 @@ The package is four rooms, each importing only from the rooms below it:
 
 - ``course_lib.teaching``: exercises and their checkers, the access recorder, notebook
   helpers, instructor tools;
-- ``course_lib.models``: CoLT5's routed block and chapter 6's recall task;
+- ``course_lib.models``: CoLT5's routed block and chapter 7's recall task;
 - ``course_lib.kernels``: one module a kernel;
 - ``course_lib.core``: runtime, validation, row helpers, launch plans, the operator
   helper, the references and the benchmark harness.

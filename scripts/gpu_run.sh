@@ -8,7 +8,7 @@
 # (this GPU's file, whose other rows it keeps; $KERNELS narrows it to some kernels,
 # $BENCH_ARGS passes arguments on, --steps-only for the training steps alone), "host" the
 # host rows (benchmarks/host.py),
-# "training" one file per part of chapter 6's runs, merged into course_lib/results/training/.
+# "training" one file per part of chapter 7's runs, merged into course_lib/results/training/.
 # Logs go to $GPU_RUN_LOGS (default gpu-run-logs/). $UNIT_TESTS narrows the unit step to
 # some test paths (default: tests). "execute" runs each notebook on its own, so that one that
 # fails does not keep the others from running; the step then fails at its end. $NOTEBOOKS

@@ -32,7 +32,7 @@ def test_an_installed_course_lib_loads_its_results(tmp_path):
     run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
         "--wheel-dir", tmp_path / "dist", source)
 
-    # The benchmarks' files, and chapter 6's training runs in training/.
+    # The benchmarks' files, and chapter 7's training runs in training/.
     stored = sorted(path.relative_to(benchmarking.RESULTS_DIR).as_posix()
                     for path in benchmarking.RESULTS_DIR.rglob("*.json"))
     assert stored, f"no results in {benchmarking.RESULTS_DIR}"

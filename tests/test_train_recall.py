@@ -1,4 +1,4 @@
-"""benchmarks/train_recall.py: chapter 6's training runs, stored and merged, on a tiny task."""
+"""benchmarks/train_recall.py: chapter 7's training runs, stored and merged, on a tiny task."""
 
 import json
 

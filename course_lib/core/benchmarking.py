@@ -314,7 +314,7 @@ def code_commit():
 
 
 def write_document(document, path):
-    """Write a results document (benchmark rows, chapter 6's training runs) as indented
+    """Write a results document (benchmark rows, chapter 7's training runs) as indented
     JSON, its folder created if needed; return the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

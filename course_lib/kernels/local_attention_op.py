@@ -1,6 +1,6 @@
 """Local causal attention in one pass over the keys, never writing the scores.
 
-Chapter 6. Query p of a sequence cut into windows of ``window`` tokens sees the keys
+Chapter 7. Query p of a sequence cut into windows of ``window`` tokens sees the keys
 of its own window up to itself and every key of the window before:
 
     keys (p // window - 1) * window <= j <= p   (from 0 in the first window)

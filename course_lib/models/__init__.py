@@ -1,4 +1,4 @@
-"""Models built from the kernels: CoLT5's routed block (``routed``) and chapter 6's
+"""Models built from the kernels: CoLT5's routed block (``routed``) and chapter 7's
 recall task (``recall_task``)."""
 
 from .recall_task import RecallModel, RecallTask, recall_batch, train_recall

@@ -323,8 +323,8 @@ def light_branch_reach(task, light_window_size, sequences=4000, seed=0):
     return reached / (sequences * len(query_positions))
 
 
-# ------------------------------------------------------------------ chapter 6's runs
-# Chapter 6 trains three models from four seeds each, 3000 steps a run: too long to
+# ------------------------------------------------------------------ chapter 7's runs
+# Chapter 7 trains three models from four seeds each, 3000 steps a run: too long to
 # repeat whenever the notebook runs. benchmarks/train_recall.py trains them and stores
 # their curves under results/training/, one file a GPU, which the chapter plots beside a
 # short run of its own.
@@ -348,7 +348,7 @@ TRAINING_RESULTS_DIR = RESULTS_DIR / "training"
 
 
 def load_training_runs(results_dir=TRAINING_RESULTS_DIR):
-    """Every stored file of chapter 6's runs, in file name order: {file stem: document}.
+    """Every stored file of chapter 7's runs, in file name order: {file stem: document}.
 
     A document holds the GPU, torch and Triton, the task and settings, and for each run
     its arguments, the loss of every step, the recall accuracy and the seconds it took.

@@ -1,4 +1,4 @@
-"""Chapter 6's recall task (course_lib/models/recall_task.py): bad sizes named, the
+"""Chapter 7's recall task (course_lib/models/recall_task.py): bad sizes named, the
 baselines causal, every architecture trains. Its batches and the routed block's training
 are tested with the block, in tests/models/test_routed.py."""
 
@@ -25,7 +25,7 @@ def test_a_sequence_too_short_for_its_pairs_says_what_it_needs():
         recall_batch(RecallTask(seq_len=12, n_pairs=4), 2, torch.Generator().manual_seed(0))
 
 
-# The two baselines chapter 6 trains beside the routed block: both causal.
+# The two baselines chapter 7 trains beside the routed block: both causal.
 @pytest.mark.parametrize("architecture", ["light", "dense"])
 def test_the_baseline_blocks_are_causal(architecture):
     block = recall_block(architecture, "course_lib", 16, num_heavy_tokens=4, seq_len=29, light_window_size=8,

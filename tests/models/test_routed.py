@@ -429,7 +429,7 @@ def test_the_heavy_attention_is_causal_among_the_routed_tokens(t):
 
 
 def test_the_routed_attention_as_a_whole_sees_later_tokens():
-    """Why chapter 6 trains an encoder: a later token that outscores an earlier one takes
+    """Why chapter 7 trains an encoder: a later token that outscores an earlier one takes
     its place in the top-k, and the earlier token's output changes."""
     torch.manual_seed(0)
     attention = routed.RoutedAttention(16, num_heavy_tokens=4, light_window_size=8, light_heads=2, light_dim_head=8,

@@ -513,7 +513,7 @@ def _marked_results(name, op, x, w, forward_kernel, backward_kernel, what):
 
     with _counting_launches(forward_kernel, mark={"out_ptr": mark_all}):
         out = run_student_code(name, op, x, w, explain=_OPERATOR_ERRORS)
-    x64, w64, grad_y64 = x.detach().double(), w.detach().double(), grad_y.double()
+    x64, w64, grad_y64 = (t.detach().to("cpu", torch.float64) for t in (x, w, grad_y))
     if isinstance(out, torch.Tensor) and not _carries_mark(out, x64 * w64):
         raise ExerciseError(f"{name}: for {what}, the operator's output is not what scale_columns_forward_kernel "
                             "wrote: the checker changed the kernel's output right after its launch, and the "

@@ -1,4 +1,4 @@
-"""Checkers of chapter 6, routed block: one function an exercise."""
+"""Checkers of chapter 7, routed block: one function an exercise."""
 
 import warnings
 
@@ -14,8 +14,8 @@ __all__ = ["launch_add_routed_rows", "check_add_routed_rows",
            "launch_local_attention_forward", "check_local_attention_forward"]
 # The chapter's exercises, in order, for the instructors' notes.
 EXERCISES = (
-    Exercise('6.1', 'add the heavy rows back', 'check_add_routed_rows', kernel=True, skills='index loads, gather and scatter addresses, a read-modify-write', difficulty=3, minutes=30),
-    Exercise('6.2', 'the local-attention forward with tl.dot', 'check_local_attention_forward', kernel=True, skills='tl.dot, the online softmax across key tiles, causal and window masks, loop bounds from the mask', difficulty=5, minutes=90),
+    Exercise('7.1', 'add the heavy rows back', 'check_add_routed_rows', kernel=True, skills='index loads, gather and scatter addresses, a read-modify-write', difficulty=3, minutes=30),
+    Exercise('7.2', 'the local-attention forward with tl.dot', 'check_local_attention_forward', kernel=True, skills='tl.dot, the online softmax across key tiles, causal and window masks, loop bounds from the mask', difficulty=5, minutes=90),
 )
 
 
@@ -32,11 +32,11 @@ def _with_hint(error, hint):
     return ExerciseError(f"{error}\n  hint: {hint}") if hint else error
 
 
-# ------------------------------------------------------------------ 6.1: add the heavy rows back
+# ------------------------------------------------------------------ 7.1: add the heavy rows back
 
 
 def launch_add_routed_rows(add_routed_rows_kernel, light, heavy, indices, out=None, block_tokens=8, block_dim=32):
-    """How exercise 6.1's checker launches the kernel: ``out`` starts as a copy of ``light``
+    """How exercise 7.1's checker launches the kernel: ``out`` starts as a copy of ``light``
     (b, n, d) (or is the given tensor, which the kernel changes in place), and program
     (t, c, b) adds the heavy rows ``heavy[b, r]`` of routed tokens ``r`` of tile t, columns
     of tile c, into row ``indices[b, r]`` of ``out[b]``. Returns ``out``."""
@@ -51,7 +51,7 @@ def launch_add_routed_rows(add_routed_rows_kernel, light, heavy, indices, out=No
 
 
 def _add_routed_rows_hint(got, light, heavy, indices):
-    """The usual mistake behind a wrong answer of exercise 6.1, or None."""
+    """The usual mistake behind a wrong answer of exercise 7.1, or None."""
     if not isinstance(got, torch.Tensor) or got.shape != light.shape:
         return None
     got, light, heavy, indices = (t.detach().cpu() for t in (got, light, heavy, indices))
@@ -76,10 +76,10 @@ def _add_routed_rows_hint(got, light, heavy, indices):
 
 
 def check_add_routed_rows(add_routed_rows_kernel):
-    """Exercise 6.1: ``add_routed_rows_kernel``, launched by :func:`launch_add_routed_rows`,
+    """Exercise 7.1: ``add_routed_rows_kernel``, launched by :func:`launch_add_routed_rows`,
     adds ``heavy[b, r]`` into ``out[b, indices[b, r]]`` for every sequence b and routed
     token r, leaving the other rows of ``out`` (the light branch's output) as they are."""
-    name = "Exercise 6.1 (add_routed_rows_kernel)"
+    name = "Exercise 7.1 (add_routed_rows_kernel)"
     kernel = require_kernel(name, add_routed_rows_kernel, "add_routed_rows_kernel")
 
     def check_case(what, light, heavy, indices):
@@ -131,12 +131,12 @@ def check_add_routed_rows(add_routed_rows_kernel):
                         "them), so that every row's loads and stores combine into wide vectors")
 
 
-# ------------------------------------------------- 6.2: the local-attention forward with tl.dot
+# ------------------------------------------------- 7.2: the local-attention forward with tl.dot
 
 
 def launch_local_attention_forward(local_attention_forward_kernel, q, k, v, window, out=None, block_q=16,
                                    block_k=16):
-    """How exercise 6.2's checker launches the kernel: q, k, v are (batch·heads, n,
+    """How exercise 7.2's checker launches the kernel: q, k, v are (batch·heads, n,
     head_dim) with head_dim contiguous; program (m, bh) writes the outputs of queries
     m * block_q ... of head bh into ``out`` (contiguous, filled with NaN when not given)."""
     if out is None:
@@ -217,7 +217,7 @@ def _explains(got, expected, candidate, rtol, atol):
 
 
 def _local_attention_hint(got, q, k, v, window, block_q, block_k, expected, rtol, atol, compiled_after_interpreter):
-    """The usual mistake behind a wrong answer of exercise 6.2, or None."""
+    """The usual mistake behind a wrong answer of exercise 7.2, or None."""
     if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
         return None
     scale = q.shape[-1] ** -0.5
@@ -284,10 +284,10 @@ def _adversarial_attention_cases():
 
 
 def check_local_attention_forward(local_attention_forward_kernel):
-    """Exercise 6.2: ``local_attention_forward_kernel``, launched by
+    """Exercise 7.2: ``local_attention_forward_kernel``, launched by
     :func:`launch_local_attention_forward`, writes softmax(q kᵀ / sqrt(d)) v where query i
     sees keys i - window < j <= i, in float32 with products in full precision."""
-    name = "Exercise 6.2 (local_attention_forward_kernel)"
+    name = "Exercise 7.2 (local_attention_forward_kernel)"
     kernel = require_kernel(name, local_attention_forward_kernel, "local_attention_forward_kernel")
     rtol = atol = 5e-5
     # (batch·heads, n, head_dim, window, BLOCK_Q, BLOCK_K, q, k and v views of one (bh, n, 3 d) tensor)

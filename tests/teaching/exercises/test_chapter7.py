@@ -1,4 +1,4 @@
-"""The checkers of chapter 6 (course_lib/teaching/exercises/chapter6.py) pass a right answer and name each typical mistake."""
+"""The checkers of chapter 7 (course_lib/teaching/exercises/chapter7.py) pass a right answer and name each typical mistake."""
 
 import pytest
 
@@ -9,13 +9,13 @@ from hidden_sizes import hidden_sizes  # noqa: F401  (autouse: visible and hidde
 
 
 def _add_routed_rows(mistakes=None):
-    return solution("06_routed_block", "6.1", mistakes).add_routed_rows_kernel
+    return solution("07_routed_block", "7.1", mistakes).add_routed_rows_kernel
 
 
 def test_add_routed_rows_checker(capsys):
     exercises.check_add_routed_rows(_add_routed_rows())
     out = capsys.readouterr().out
-    assert out.startswith("Exercise 6.1 passed") and "speed" in out
+    assert out.startswith("Exercise 7.1 passed") and "speed" in out
 
 
 @pytest.mark.parametrize("answer, message", [
@@ -47,13 +47,13 @@ def test_add_routed_rows_names_the_mistake(mistake, message):
 
 
 def _local_attention(mistakes=None):
-    return solution("06_routed_block", "6.2", mistakes).local_attention_forward_kernel
+    return solution("07_routed_block", "7.2", mistakes).local_attention_forward_kernel
 
 
 def test_local_attention_forward_checker(capsys):
     exercises.check_local_attention_forward(_local_attention())
     out = capsys.readouterr().out
-    assert out.startswith("Exercise 6.2 passed") and "speed" in out
+    assert out.startswith("Exercise 7.2 passed") and "speed" in out
 
 
 @pytest.mark.parametrize("answer, message", [

@@ -1,9 +1,9 @@
-"""Chapter 6's observations: readings of what its cells measure on the reader's GPU."""
+"""Chapter 7's observations: readings of what its cells measure on the reader's GPU."""
 
 from . import reading  # noqa: F401  (each reading registers itself)
 
 
-@reading("ch6_tf32", example={"tf32 error over ieee error, ×": 4000.0})
+@reading("ch7_tf32", example={"tf32 error over ieee error, ×": 4000.0})
 def tf32(figures):
     """One (16, 64) by (64, 32) tile product with input_precision "tf32" (the default)
     and "ieee", each against float64: does this GPU round float32 inputs to TF32?"""
