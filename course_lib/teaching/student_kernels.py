@@ -255,6 +255,33 @@ def report_speed(name, run, n_bytes, *, against=None, share=0.8, advice=""):
     return fraction
 
 
+def report_throughput(name, run, n_flops, *, against, share=0.8, advice=""):
+    """report_speed's sibling for a compute-bound kernel (a matrix multiply, attention on the
+    tensor cores), whose time the copy bandwidth does not bound: its speed in TFLOP/s, beside
+    ``against`` = ``(label, callable)`` (cuBLAS through torch, or the course's kernel) doing
+    the same ``n_flops`` in the same run; the target is ``share`` of it. Feedback only: it
+    never raises. Returns the ratio to ``against``, or None without a GPU."""
+    short = name.split(" (")[0]
+    if not ON_GPU:
+        print(fit_text(f"{short}, speed: measured on a GPU only (the interpreter runs each program in "
+                       "Python, so its time says nothing about the kernel's)."))
+        return None
+    import triton.testing
+
+    def tflops(fn):
+        return n_flops / (triton.testing.do_bench(fn, return_mode="median") * 1e-3) / 1e12
+
+    label, fn = against
+    yours, reference = tflops(run), tflops(fn)
+    ratio = yours / reference
+    line = (f"{short}, speed: {yours:.0f} TFLOP/s, measured now on this GPU; {label} reaches {reference:.0f} "
+            f"(yours {ratio:.2f}× of it; target {share:.2f}×)")
+    if ratio < share and advice:
+        line += f". {advice}"
+    print(fit_text(line + "."))
+    return ratio
+
+
 # --------------------------------------------------------------- checks past the listed cases
 
 BEYOND_CASES_HINT = ("this case lies past the cases listed above (more rows or columns than any of them, or "

@@ -75,6 +75,18 @@ def test_speed_feedback_says_why_there_is_none_without_a_gpu(capsys):
         assert "measured on a GPU only" in capsys.readouterr().out
 
 
+def test_throughput_feedback_is_tflops_against_the_same_work(capsys):
+    if ON_GPU:
+        a = torch.randn(2048, 2048, device=DEVICE, dtype=torch.bfloat16)
+        ratio = student_kernels.report_throughput("Exercise 9.9 (matmul)", lambda: a @ a, 2 * 2048 ** 3,
+                                                  against=("torch.matmul", lambda: a @ a), advice="tile it")
+        out = capsys.readouterr().out
+        assert 0.5 < ratio < 2 and "TFLOP/s" in out and "torch.matmul reaches" in out
+    else:
+        assert student_kernels.report_throughput("Exercise 9.9 (matmul)", None, 0, against=("torch", None)) is None
+        assert "measured on a GPU only" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("kernel", [kernels.misspelt_kernel, as_compiled(kernels.misspelt_kernel)],
                          ids=["as decorated here", "as a GPU's JITFunction"])
 def test_an_error_inside_a_kernel_names_its_line(kernel):
