@@ -90,6 +90,34 @@ def _interpret_triton_library():
     interpret_jit_functions(triton_language_namespaces())
 
 
+def interpreter_multiplies_bfloat16():
+    """Make the interpreter's ``tl.dot`` right for bfloat16 tiles (idempotent).
+
+    The interpreter keeps a bfloat16 tile as its raw 16 bits (NumPy has no bfloat16) and
+    ``tl.dot`` multiplies those bits as integers: garbage, where a GPU's tensor cores give
+    the product. The bits are widened to float32 first, which is exact (a bfloat16 is the
+    top half of a float32), so a right bfloat16 kernel is right under the interpreter too."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpreterBuilder, TensorHandle
+
+    create_dot = InterpreterBuilder.create_dot
+    if getattr(create_dot, "widens_bfloat16", False):
+        return
+
+    def widened(handle):
+        if handle.dtype.scalar != tl.bfloat16:
+            return handle
+        return TensorHandle((handle.data.astype(np.uint32) << 16).view(np.float32), tl.float32)
+
+    @functools.wraps(create_dot)
+    def create_dot_widening_bfloat16(self, a, b, d, input_precision, max_num_imprecise_acc):
+        return create_dot(self, widened(a), widened(b), d, input_precision, max_num_imprecise_acc)
+
+    create_dot_widening_bfloat16.widens_bfloat16 = True
+    InterpreterBuilder.create_dot = create_dot_widening_bfloat16
+
+
 def _select_interpreter():
     """Set TRITON_INTERPRET=1 (Triton reads it whenever ``@triton.jit`` runs); when triton
     was imported before, by torch.compile say, its own library is made interpreted too."""
@@ -130,6 +158,7 @@ def _wrap_triton_takes_interpreted_kernels():
 
 if not ON_GPU:
     _wrap_triton_takes_interpreted_kernels()
+    interpreter_multiplies_bfloat16()
 
 
 def _version(text):

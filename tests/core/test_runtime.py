@@ -224,3 +224,27 @@ def test_launches_from_several_threads_give_what_one_thread_gives():
     for want, got in zip(one_thread, several):
         for w, g in zip(want, got):
             torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
+@triton.jit
+def _tile_product_kernel(a_ptr, b_ptr, out_ptr, SIZE: tl.constexpr):
+    rows = tl.arange(0, SIZE)
+    offsets = rows[:, None] * SIZE + rows[None, :]
+    tl.store(out_ptr + offsets, tl.dot(tl.load(a_ptr + offsets), tl.load(b_ptr + offsets)))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_tl_dot_of_16_bit_tiles_is_their_product_interpreted_or_compiled(dtype):
+    # Triton's interpreter multiplies bfloat16 tiles as their raw bits unless runtime widens them.
+    from course_lib.teaching.student_kernels import interpreted
+
+    a, b = (torch.randn(16, 16, device=runtime.DEVICE).to(dtype) for _ in range(2))
+    expected = a.double() @ b.double()
+    with interpreted(_tile_product_kernel) as kernel:  # on a GPU machine, its interpreted pass
+        out = torch.empty(16, 16, device=runtime.DEVICE)
+        kernel[(1,)](a, b, out, SIZE=16)
+        torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
+    if runtime.ON_GPU:
+        out = torch.empty(16, 16, device=runtime.DEVICE)
+        _tile_product_kernel[(1,)](a, b, out, SIZE=16)
+        torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
