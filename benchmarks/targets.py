@@ -71,6 +71,13 @@ def _block_small(shape):
     return tuple(shape) == (8, 2048, 512)
 
 
+GEMM_SHAPES = {(4096, 4096, 4096), (8192, 8192, 8192), (16384, 1024, 4096)}
+
+
+def _gemm_shapes(shape):
+    return tuple(shape) in GEMM_SHAPES
+
+
 TARGETS = [
     Target("weighted_sum", "fwd", "every shape", _everywhere, FRACTION, 0.85),
     Target("weighted_sum", "fwd", "every shape", _everywhere, EAGER, 1.0),
@@ -123,6 +130,12 @@ TARGETS = [
     Target("local_attention", "step", "every shape", _everywhere, EAGER, 2.0),
     Target("local_attention", "step", "every shape", _everywhere, COMPILE, 1.5),
     Target("local_attention", "step", "every shape", _everywhere, GRAPHS, 1.0),
+    # Chapter 6's matrix multiplication against cuBLAS (torch.matmul): on one amount of work,
+    # the ratio of times is the ratio of TFLOP/s. The fused epilogue (bias and gelu in the
+    # kernel) ahead of torch's product, bias and gelu as separate operations.
+    Target("matmul", "fwd", "M×N×K 4096³, 8192³, 16384×1024×4096", _gemm_shapes, EAGER, 0.85),
+    Target("matmul", "bwd", "M×N×K 4096³, 8192³, 16384×1024×4096", _gemm_shapes, EAGER, 0.85),
+    Target("matmul_bias_gelu", "fwd", "every shape", _everywhere, EAGER, 1.0),
     # Chapter 7's routed block: its step against the package it comes from and the
     # reference compiled, in time and in peak memory.
     Target("routed_block", "step", "every shape", _everywhere, PEER, 1.5),

@@ -21,6 +21,8 @@ class Kernel(NamedTuple):
     its results rows and targets are named by these or by ``name``.
     ``references``: the ``course_lib.core.references`` functions that specify it.
     ``test``: its test file, which mirrors ``module``.
+    ``variants``: other names its rows may carry, for a variant benchmarked beside it
+    (matmul's fused epilogue, "matmul_bias_gelu").
     """
 
     name: str
@@ -28,6 +30,7 @@ class Kernel(NamedTuple):
     functions: tuple
     references: tuple
     test: str
+    variants: tuple = ()
 
     @property
     def benchmark(self):
@@ -36,7 +39,7 @@ class Kernel(NamedTuple):
     @property
     def result_names(self):
         """The names its rows in the results file may carry under ``"kernel"``."""
-        return (self.name, *self.functions)
+        return (self.name, *self.functions, *self.variants)
 
     def load(self):
         """The module itself."""
@@ -54,6 +57,8 @@ KERNELS = (
            "tests/kernels/test_coor_descent_op.py"),
     Kernel("local_attention", "kernels.local_attention_op", ("local_causal_attention",), ("local_causal_attention",),
            "tests/kernels/test_local_attention_op.py"),
+    Kernel("matmul", "kernels.matmul_op", ("matmul",), ("matmul",), "tests/kernels/test_matmul_op.py",
+           variants=("matmul_bias_gelu",)),
     # A model, not a kernel, benchmarked the same way: the four kernels at work in one block.
     Kernel("routed_block", "models.routed", ("RoutedBlock",), ("routed_causal_attention",),
            "tests/models/test_routed.py"),

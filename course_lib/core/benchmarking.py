@@ -214,10 +214,11 @@ def alternating_step_timings(steps, rounds=STEP_ROUNDS):
     return {name: Timings(statistics.median(ms[name]), gpu_only_ms(step)) for name, step in steps.items()}
 
 
-def step_rows(kernel, dtype, shape, course_fn, torch_fn, inputs, n_bytes, copy_gbps):
+def step_rows(kernel, dtype, shape, course_fn, torch_fn, inputs, n_bytes, copy_gbps, flops=None):
     """A "step" row for every STEP_IMPLS entry; ``n_bytes`` counts the forward's and the
-    backward's bytes together. Every step is compiled and run before any is timed, then
-    all are timed together (alternating_step_timings)."""
+    backward's bytes together, as ``flops`` (where given) their floating-point operations.
+    Every step is compiled and run before any is timed, then all are timed together
+    (alternating_step_timings)."""
     torch._dynamo.reset()  # one reset a shape: the compiled steps below must all stay compiled
     steps = {}
     for impl, ours, mode in STEP_IMPLS:
@@ -232,7 +233,7 @@ def step_rows(kernel, dtype, shape, course_fn, torch_fn, inputs, n_bytes, copy_g
         for _ in range(3):
             step()
     timings = alternating_step_timings(steps)
-    return [row(kernel, "step", impl, dtype, shape, timings[impl], n_bytes, copy_gbps) for impl in steps]
+    return [row(kernel, "step", impl, dtype, shape, timings[impl], n_bytes, copy_gbps, flops=flops) for impl in steps]
 
 
 def copy_bandwidth_gbps(n_bytes=2**30):
@@ -266,14 +267,16 @@ def add_copy_ceilings(rows, copy_gbps):
     return rows
 
 
-def row(kernel, pass_, impl, dtype, shape, timings, n_bytes, copy_gbps):
+def row(kernel, pass_, impl, dtype, shape, timings, n_bytes, copy_gbps, flops=None):
     """One result in the shape of course_lib/results/<gpu>.json, from Timings.
 
     ms, gbps and frac_of_copy come from median_ms, the benchmark's time; gpu_ms and
     gpu_frac_of_copy from the GPU's own time of the same calls (gpu_only_ms). ``bytes``
     is what the row counts as moved (add_copy_ceilings adds what a copy of as many
-    bytes reaches)."""
+    bytes reaches). ``flops``, for a kernel that computes more than it moves (matmul),
+    adds its rate from each time: tflops and gpu_tflops."""
     gbps = n_bytes / timings.ms / 1e6
+    rates = {} if flops is None else {"tflops": flops / timings.ms / 1e9, "gpu_tflops": flops / timings.gpu_ms / 1e9}
     return {
         "kernel": kernel,
         "pass": pass_,
@@ -286,6 +289,7 @@ def row(kernel, pass_, impl, dtype, shape, timings, n_bytes, copy_gbps):
         "frac_of_copy": gbps / copy_gbps,
         "gpu_ms": timings.gpu_ms,
         "gpu_frac_of_copy": n_bytes / timings.gpu_ms / 1e6 / copy_gbps,
+        **rates,
     }
 
 

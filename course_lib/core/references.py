@@ -117,6 +117,19 @@ def routed_causal_attention(q, k, v, routed, real=None):
     return (weights @ v) * routed[:, None, :, None]
 
 
+def matmul(a, b, bias=None, activation=None):
+    """act(a @ b + bias): a (..., K), b (K, N), bias (N,) or None; activation None,
+    "relu" or "gelu" (the tanh approximation, torch's gelu(approximate="tanh"))."""
+    out = a @ b
+    if bias is not None:
+        out = out + bias
+    if activation == "relu":
+        out = torch.relu(out)
+    elif activation == "gelu":
+        out = torch.nn.functional.gelu(out, approximate="tanh")
+    return out
+
+
 def local_causal_attention(q, k, v, window):
     """Local causal attention written densely: query i sees keys j with
     (i // window - 1) * window <= j <= i, its own window up to itself and the window

@@ -166,6 +166,7 @@ def masked_lanes_as_nan():
     interpreter gives 0 there, but on a GPU those lanes hold no defined value, so a kernel
     that adds them up must fail here too, whatever the GPU happens to leave in them."""
     import numpy as np
+    import triton.language as tl
     from triton.runtime import interpreter
 
     builder = interpreter.interpreter_builder
@@ -177,6 +178,8 @@ def masked_lanes_as_nan():
         numpy_type = interpreter._get_np_dtype(element_type)
         if other is None and np.issubdtype(numpy_type, np.floating):
             other = interpreter.TensorHandle(np.full(ptrs.data.shape, np.nan, dtype=numpy_type), element_type)
+        elif other is None and element_type == tl.bfloat16:  # kept as its raw bits: 0x7FC0 is a NaN
+            other = interpreter.TensorHandle(np.full(ptrs.data.shape, 0x7FC0, dtype=numpy_type), element_type)
         return plain_load(ptrs, mask, other, *rest, **options)
 
     builder.create_masked_load = load

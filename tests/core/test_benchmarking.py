@@ -24,6 +24,16 @@ def test_row_counts_bandwidth_and_fraction_of_copy():
     assert r["bytes"] == 6_000_000_000
 
 
+def test_row_counts_flops_only_when_given():
+    timings = benchmarking.Timings(ms=2.0, gpu_ms=1.0)
+    r = benchmarking.row("matmul", "fwd", "course_lib", torch.bfloat16, (4, 8, 16), timings, n_bytes=6e9,
+                         copy_gbps=4000.0, flops=2e12)
+    assert r["tflops"] == pytest.approx(1000.0) and r["gpu_tflops"] == pytest.approx(2000.0)
+    assert r["frac_of_copy"] == pytest.approx(0.75)  # the rest of the row as without flops
+    without = benchmarking.row("matmul", "fwd", "course_lib", torch.bfloat16, (4, 8, 16), timings, 6e9, 4000.0)
+    assert "tflops" not in without and "gpu_tflops" not in without
+
+
 def test_training_step_clears_the_gradients_and_runs_the_backward():
     x = torch.randn(5, 3, requires_grad=True)
     w = torch.randn(3, requires_grad=True)
@@ -234,21 +244,26 @@ def test_gpu_only_time_of_a_call_that_waits_for_the_gpu_is_its_kernels_time():
     assert gpu_ms == pytest.approx(copy_ms, rel=0.2)
 
 
-def test_the_results_the_chapters_quote_are_complete_and_of_one_commit():
+def test_the_results_the_chapters_quote_are_complete_and_each_kernel_of_one_commit():
     """The reference file holds every pass of every registered kernel (forward, backward, the
-    step eager and in CUDA graphs, with torch and torch.compile beside them) and the host rows,
-    measured from one commit, named with its day; a superseded file names its successor."""
+    step eager and in CUDA graphs, with torch and torch.compile beside them) and the host rows;
+    each kernel's rows measured from one commit (a kernel added later is measured alone, beside
+    the others' run), the file naming every commit and its last day; a superseded file names its
+    successor."""
     from course_lib.registry import KERNELS
 
     documents = benchmarking.load_results()
     reference = benchmarking.reference_results()
     assert documents[benchmarking.REFERENCE_RESULTS] is not None and "superseded_by" not in reference
-    assert "," not in reference["commit"] and reference["commit"] != "unknown"
+    commits = set(reference["commit"].split(", "))
+    assert "unknown" not in commits
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", reference["date"])
-    assert {r["commit"] for r in reference["rows"]} == {reference["commit"]}
+    assert {r["commit"] for r in reference["rows"]} == commits
     have = {(r["kernel"], r["pass"], r["impl"]) for r in reference["rows"]}
     for kernel in KERNELS:
         names = kernel.result_names
+        kernel_commits = {r["commit"] for r in reference["rows"] if r["kernel"] in names and r["pass"] != "host"}
+        assert len(kernel_commits) == 1, (kernel.name, kernel_commits)
         passes = ["step"] if kernel.name == "routed_block" else ["fwd", "bwd", "step"]
         for pass_ in passes:
             for impl in ("course_lib", "torch", "torch.compile"):

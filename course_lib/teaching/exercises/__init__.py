@@ -9,15 +9,16 @@ chapter's ``launch_<name>`` (exported too), interpreted and guarded first, then 
 GPU (:mod:`course_lib.teaching.student_kernels`).
 """
 
-from . import chapter1, chapter2, chapter3, chapter4, chapter5, chapter7, common
+from . import chapter1, chapter2, chapter3, chapter4, chapter5, chapter6, chapter7, common
 from .chapter1 import *  # noqa: F401,F403  (each chapter module's __all__: its checkers and launchers)
 from .chapter2 import *  # noqa: F401,F403
 from .chapter3 import *  # noqa: F401,F403
 from .chapter4 import *  # noqa: F401,F403
 from .chapter5 import *  # noqa: F401,F403
+from .chapter6 import *  # noqa: F401,F403
 from .chapter7 import *  # noqa: F401,F403
 
-CHAPTERS = (chapter1, chapter2, chapter3, chapter4, chapter5, chapter7)
+CHAPTERS = (chapter1, chapter2, chapter3, chapter4, chapter5, chapter6, chapter7)
 # Every exercise of the course, in order: what the instructors' notes list.
 EXERCISES = tuple(exercise for chapter in CHAPTERS for exercise in chapter.EXERCISES)
 __all__ = [name for chapter in CHAPTERS for name in chapter.__all__] + ["EXERCISES"]

@@ -20,6 +20,7 @@ and twice as slow, and no reading may raise):
     "of C"       a fraction of the copy bandwidth C measured in the same run
     "×"          a ratio
     "GB/s"       a bandwidth
+    "TFLOP/s"    a compute-bound kernel's arithmetic rate (2·M·N·K a product over its time)
     "warps per SM", "SMs", "KiB", "registers", "count": the GPU's properties and counts
 
 One module a chapter (``chapter1`` … ``chapter7``) holds its readings. The GPU run that makes
@@ -37,8 +38,8 @@ RESULTS = Path(__file__).resolve().parents[2] / "results" / "observations"
 # The GPU whose run the book's stored outputs come from (course_lib.core.benchmarking's
 # REFERENCE_RESULTS names the same run's benchmark file).
 STORED_RUN = "nvidia-h200"
-CHAPTERS = [f"chapter{n}" for n in (1, 2, 3, 4, 5, 7)]
-UNITS = ("µs", "GPU µs", "host µs", "of C", "×", "GB/s", "warps per SM", "SMs", "KiB", "registers", "count")
+CHAPTERS = [f"chapter{n}" for n in range(1, 8)]
+UNITS = ("µs", "GPU µs", "host µs", "of C", "×", "GB/s", "TFLOP/s", "warps per SM", "SMs", "KiB", "registers", "count")
 
 READINGS = {}  # name -> Reading
 
@@ -95,7 +96,7 @@ def format_figure(key, value):
         number = f"{value:.0f}"
     elif unit in ("µs", "GPU µs", "host µs"):
         number = f"{value:.1f}"
-    elif unit in ("GB/s", "KiB"):
+    elif unit in ("GB/s", "TFLOP/s", "KiB"):
         number = f"{value:.0f}"
     else:
         number = f"{value:.2f}"

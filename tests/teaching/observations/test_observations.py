@@ -51,6 +51,8 @@ def figures_on(example, gpu, rng, vary):
             value = value * max(slower, host) * noise
         elif unit == "GB/s":
             value = gbps * noise
+        elif unit == "TFLOP/s":  # a GPU's arithmetic, taken to scale as its bandwidth does
+            value = value / slower * noise
         elif unit == "warps per SM":
             value = warps_per_sm
         elif unit == "SMs":
