@@ -15,6 +15,10 @@ CELL_TIMEOUT ?=
 NOTEBOOK_TIMEOUT ?=
 # Host memory (GiB) one returned notebook's processes may hold; empty: the default.
 MEMORY_LIMIT ?=
+# Returns graded at once (each in a sandbox of its own); UNSAFE=1 grades without a sandbox when
+# there is none (never on a machine you cannot lose).
+JOBS ?= 1
+UNSAFE ?=
 NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 # -rs: every skipped test says why (no GPU, no browser, ...).
 PYTEST := -p no:cacheprovider -rs
@@ -27,7 +31,7 @@ PACKAGE_TESTS := tests --ignore=tests/teaching/test_instructor.py --ignore=tests
 	--ignore=tests/test_repository.py --ignore=tests/test_install.py
 
 .PHONY: test test-unit test-notebooks test-triton-latest test-floor book lab lab-instructor set-repository student grade benchmarks training \
-	gpu-wheels gpu-run clean
+	gpu-wheels gpu-run clean sandbox
 
 # A virtual environment is rebuilt whenever its pinned requirements change.
 $(BIN)/.installed: requirements.txt pyproject.toml
@@ -54,11 +58,18 @@ $(FLOOR_VENV)/.installed: requirements-floor.txt pyproject.toml
 	$(FLOOR_VENV)/bin/pip install --quiet --disable-pip-version-check --no-build-isolation -c requirements-floor.txt -e .
 	touch $@
 
+# The sandbox returns are graded in (course_lib/teaching/grading/sandbox.py): bubblewrap, from the
+# distribution's own signed archive (Debian 12: 0.8.0). make grade and the grading tests need it.
+sandbox:
+	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+		&& { apt-get install -y --no-install-recommends bubblewrap || { apt-get update && apt-get install -y --no-install-recommends bubblewrap; }; }; } \
+		|| { echo "Grading needs bubblewrap: sudo apt-get install bubblewrap (Debian, Ubuntu), sudo dnf install bubblewrap (Fedora)."; exit 1; }
+
 # The browser test of the built book runs in make book, after the build it checks.
-test: $(BIN)/.installed
+test: $(BIN)/.installed sandbox
 	$(BIN)/python -m pytest $(PYTEST) $(PARALLEL) tests --ignore=tests/test_book.py $(NOTEBOOKS) $(PYTEST_NBVAL)
 
-test-unit: $(BIN)/.installed
+test-unit: $(BIN)/.installed sandbox
 	$(BIN)/python -m pytest $(PYTEST) $(PARALLEL) tests --ignore=tests/test_book.py -m "not notebook_exec"
 
 test-notebooks: $(BIN)/.installed
@@ -87,6 +98,7 @@ lab: $(BIN)/.installed
 	JUPYTER_CONFIG_PATH=$(CURDIR)/scripts/student_lab $(BIN)/jupyter lab notebooks \
 		$(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
+# The formgrader reads nbgrader_config.py at the repository's root.
 lab-instructor: $(BIN)/.installed
 	$(BIN)/jupyter lab . $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
@@ -100,9 +112,10 @@ set-repository: $(BIN)/.installed
 student: $(BIN)/.installed
 	$(BIN)/python -m course_lib.teaching.instructor student notebooks student
 
-grade: $(BIN)/.installed
-	mkdir -p graded
-	$(BIN)/python -m course_lib.teaching.instructor grade $(SUBMISSIONS) --release notebooks --out graded/scores.csv \
+# make grade SUBMISSIONS=course/submitted JOBS=2: graded/gradebook.csv and graded/feedback/<student>/<assignment>.html.
+grade: $(BIN)/.installed $(if $(filter 1,$(UNSAFE)),,sandbox)
+	$(BIN)/python -m course_lib.teaching.instructor grade $(SUBMISSIONS) --release notebooks --out graded \
+		--jobs $(JOBS) $(if $(filter 1,$(UNSAFE)),--unsafe) \
 		$(if $(SEED),--seed $(SEED)) $(if $(CELL_TIMEOUT),--timeout $(CELL_TIMEOUT)) \
 		$(if $(NOTEBOOK_TIMEOUT),--notebook-timeout $(NOTEBOOK_TIMEOUT)) $(if $(MEMORY_LIMIT),--memory-limit $(MEMORY_LIMIT))
 

@@ -44,9 +44,15 @@ def _error_line(error):
     return text.split("\n", 1)[0]
 
 
-def _record(results_path, grade_id, error):
+def _message(error):
+    """The checker's whole message, its hints included, for the student's feedback."""
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
+def _record(results_path, grade_id, error, message=None):
     with open(results_path, "a", encoding="utf-8") as results:
-        results.write(json.dumps({"grade_id": grade_id, "passed": error is None, "error": error}) + "\n")
+        results.write(json.dumps({"grade_id": grade_id, "passed": error is None, "error": error,
+                                  "message": message or error}) + "\n")
 
 
 def run_checker(notebook_globals, checker_source, grade_id, seed, results_path, package_dir):
@@ -68,6 +74,6 @@ def run_checker(notebook_globals, checker_source, grade_id, seed, results_path, 
         _record(results_path, grade_id, "interrupted: the checker ran past the time a cell may take (--timeout)")
         raise
     except BaseException as error:
-        _record(results_path, grade_id, _error_line(error))
+        _record(results_path, grade_id, _error_line(error), _message(error))
         raise
     _record(results_path, grade_id, None)

@@ -17,7 +17,6 @@ dependencies, so they are imported inside the functions that need them.
 from __future__ import annotations
 
 import argparse
-import csv
 import importlib
 import json
 import os
@@ -31,6 +30,9 @@ from pathlib import Path
 from typing import Callable
 
 from ..core.runtime import ON_GPU
+from .grading.gradebook import (Return, course_commit, feedback_page, feedback_path, find_returns, gradebook_csv,
+                                student_from_file_name, write_atomically)
+from .grading.sandbox import Sandbox, find_sandbox, run_limited
 
 SOLUTION_TAG = "solution"
 CHECKER_TAG = "checker"
@@ -54,7 +56,6 @@ KERNEL_NAME = "python3"
 DEFAULT_TIMEOUT = 600
 DEFAULT_NOTEBOOK_TIMEOUT = 3600
 DEFAULT_MEMORY_LIMIT_GIB = 16.0  # host memory of one return's processes (its kernel included)
-MEMORY_POLL_SECONDS = 0.2
 INSTALL_HINT = "pip install nbformat nbclient ipykernel psutil"
 PASSED_MARK = "✓"
 FAILED_MARK = "✗"
@@ -384,6 +385,8 @@ class CheckerResult:
     passed: bool
     error: str | None = None  # why it failed
     in_return: str = AS_RELEASED  # the return's copy of the cell: as released, edited or missing
+    # The checker's whole message, its hints included (error is its first line): feedback, not a verdict.
+    message: str | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -402,7 +405,9 @@ class NotebookGrade:
     release: str | None = None  # the released notebook it was graded against
     checkers: list[CheckerResult] = field(default_factory=list)
     errored_cells: list[CellError] = field(default_factory=list)
-    problem: str | None = None  # why grading could not run it all: unreadable, killed, kernel died
+    problem: str | None = None  # why grading could not run it all: unreadable, killed, kernel died, tampered
+    student: str | None = None
+    assignment: str | None = None  # nbgrader's assignment folder, or the released notebook's name
 
     @property
     def passed(self) -> int:
@@ -577,10 +582,26 @@ def execute_in_place(paths, timeout: int = DEFAULT_TIMEOUT) -> None:
         nbformat.write(notebook, path)
 
 
-def run_graded(graded_path: Path, folder: Path, timeout: int, summary_path: Path) -> None:
+def _processes_left(sandboxed: bool) -> list[str]:
+    """In a sandbox (its own process namespace, whose first process is bwrap's): the command
+    lines of the processes still running there but this one."""
+    if not sandboxed:
+        return []
+    left = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) not in (1, os.getpid()):
+            try:
+                left.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip())
+            except OSError:  # it ended meanwhile
+                pass
+    return left
+
+
+def run_graded(graded_path: Path, folder: Path, timeout: int, summary_path: Path, sandboxed: bool = False) -> None:
     """Execute a graded notebook from ``folder``, going on past errors, and write each
-    cell's error (or None), and why execution stopped early if it did, to
-    ``summary_path``. Runs in a process of its own, killed at the grader's wall-clock limit."""
+    cell's error (or None), why execution stopped early if it did, and (``sandboxed``) the
+    processes the notebook left running, to ``summary_path``. Runs in a process of its own,
+    killed at the grader's wall-clock limit."""
     nbformat = _import_instructor_dependency("nbformat")
     nbclient = _import_instructor_dependency("nbclient")
     notebook = nbformat.read(graded_path, as_version=4)
@@ -591,23 +612,17 @@ def run_graded(graded_path: Path, folder: Path, timeout: int, summary_path: Path
         aborted = "the kernel died"
     summary = {"errors": [_cell_error(cell) for cell in notebook.cells], "aborted": aborted,
                "checker_ids": [cell.metadata.get(CHECKER_ID_KEY) for cell in notebook.cells],
-               "executed": [cell.get("execution_count") is not None for cell in notebook.cells]}
+               "executed": [cell.get("execution_count") is not None for cell in notebook.cells],
+               "left_running": _processes_left(sandboxed)}
     Path(summary_path).write_text(json.dumps(summary), encoding="utf-8")
 
 
-def _grading_environment(package_parent: Path = PACKAGE_DIR.parent) -> dict:
-    """The grader's copy of course_lib comes first, for the notebook's kernel too."""
-    environment = dict(os.environ)
-    environment["PYTHONPATH"] = os.pathsep.join(
-        part for part in [str(package_parent), environment.get("PYTHONPATH", "")] if part)
-    return environment
-
-
-def _snapshot(folder: Path, exclude=frozenset()) -> dict[str, bytes]:
-    """Every file under ``folder`` (caches and ``exclude``, resolved paths, aside), by relative
-    path, as bytes: what grading restores, and what each return gets a fresh copy of."""
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` (caches aside), by relative path, as bytes: taken once for a
+    class, so that each return, and each checking process, gets a fresh copy of the package
+    as it was when grading began."""
     return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*"))
-            if path.is_file() and "__pycache__" not in path.parts and path.resolve() not in exclude}
+            if path.is_file() and "__pycache__" not in path.parts}
 
 
 def _write_snapshot(snapshot: dict[str, bytes], folder: Path) -> None:
@@ -617,81 +632,11 @@ def _write_snapshot(snapshot: dict[str, bytes], folder: Path) -> None:
         target.write_bytes(content)
 
 
-def _restore(folder: Path, snapshot: dict[str, bytes], exclude=frozenset()) -> list[str]:
-    """Put ``folder`` back as ``snapshot`` holds it; the relative paths that had changed."""
-    changed = sorted(set(_snapshot(folder, exclude).items()) ^ set(snapshot.items()))
-    names = sorted({relative for relative, _ in changed})
-    for relative in names:
-        path = folder / relative
-        if relative in snapshot:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(snapshot[relative])
-        elif path.is_file():
-            path.unlink()
-    return names
-
-
-def _kill_family(process, psutil) -> None:
-    """Kill ``process`` and every process it started (a kernel, whatever its code catches)."""
-    try:
-        parent = psutil.Process(process.pid)
-        family = [*parent.children(recursive=True), parent]
-    except psutil.NoSuchProcess:
-        family = []
-    for member in family:
-        try:
-            member.kill()
-        except psutil.NoSuchProcess:
-            pass
-    process.wait()
-
-
-def _family_memory(process, psutil) -> int:
-    """Resident host memory of ``process`` and every process it started, in bytes."""
-    try:
-        parent = psutil.Process(process.pid)
-        family = [parent, *parent.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return 0
-    total = 0
-    for member in family:
-        try:
-            total += member.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
-    return total
-
-
-def _run_with_wall_clock_limit(command: list[str], limit: float, log_path: Path,
-                               package_parent: Path = PACKAGE_DIR.parent, stdin_text: str = "",
-                               memory_limit: float | None = None) -> tuple[int | None, str | None]:
-    """Run ``command`` (``stdin_text`` on its stdin); past ``limit`` seconds, or once it and
-    the processes it started hold more than ``memory_limit`` bytes of host memory, kill them
-    all. Returns (exit code, None) or (None, why it was killed)."""
-    import time
-
-    psutil = _import_instructor_dependency("psutil")
-    with log_path.open("w") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.PIPE, text=True,
-                                   env=_grading_environment(package_parent), cwd=log_path.parent)
-        try:
-            process.stdin.write(stdin_text)
-            process.stdin.close()
-        except BrokenPipeError:  # it ended before reading
-            pass
-        deadline = time.monotonic() + limit
-        while True:
-            try:
-                return process.wait(timeout=max(0.0, min(MEMORY_POLL_SECONDS, deadline - time.monotonic()))), None
-            except subprocess.TimeoutExpired:
-                pass
-            if time.monotonic() >= deadline:
-                _kill_family(process, psutil)
-                return None, f"stopped after {limit:g} s, the limit for one notebook"
-            if memory_limit is not None and _family_memory(process, psutil) > memory_limit:
-                _kill_family(process, psutil)
-                return None, (f"stopped when it held more than {memory_limit / 2**30:g} GiB of host memory, "
-                              "the limit for one notebook")
+def _fresh_package(snapshot: dict[str, bytes], folder: Path) -> Path:
+    """A copy of course_lib at ``folder/package/course_lib``, from ``snapshot``."""
+    package_copy = folder / "package" / "course_lib"
+    _write_snapshot(snapshot, package_copy)
+    return package_copy
 
 
 def _read_results(results_path: Path) -> tuple[dict[str, dict], list[str]]:
@@ -743,14 +688,25 @@ def _kernel_checkers(released: ReleasedNotebook) -> dict[str, tuple[str, str | t
     return found
 
 
+def _verdict_records(log_path: Path, secret: str) -> list[dict]:
+    """The verdicts a checking process printed, each after the secret only the grader knows."""
+    if not log_path.exists():
+        return []
+    return [json.loads(line[len(secret):]) for line in log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+            if line.startswith(secret)]
+
+
 def _kernel_verdicts(return_sources: list[str], kernels: dict[str, tuple[str, str, str]], seed: int | None,
-                     scratch: Path, package_copy: Path, limit: float,
+                     scratch: Path, package: dict[str, bytes], sandbox: Sandbox, answer_limit: float,
                      memory_limit: float | None = None) -> dict[str, dict]:
     """{grade_id: record} for each checker of ``kernels`` (:func:`_kernel_checkers`), from its
     answer's source alone, checked (a kernel in Triton's language, a PyTorch answer in the
     grader's PyTorch language, an operator's cell in that language extended by what building
-    the operator needs) and run in a fresh process that never runs the return's other code
-    (kernel_verdicts.py)."""
+    the operator needs) and run by kernel_verdicts.py in a process that never runs the return's
+    other code: started once the return's sandbox is gone, in a sandbox of its own, from a fresh
+    copy of the package (``package``, a :func:`_snapshot`) in Python's isolated mode (``-I``: its
+    own ``sys.path``, no environment variables read). Each answer has ``answer_limit`` seconds:
+    one that hangs is stopped, and the answers after it get a new process."""
     from .kernel_verdicts import NotAKernel, NotPyTorch, kernel_definition, operator_definition, torch_definition
 
     verdicts, entries = {}, []
@@ -766,28 +722,65 @@ def _kernel_verdicts(return_sources: list[str], kernels: dict[str, tuple[str, st
                 entry.update(name=name, source=definition(return_sources, name))
             entries.append(entry)
         except (NotAKernel, NotPyTorch) as error:
-            verdicts[grade_id] = {"grade_id": grade_id, "passed": False, "error": f"{type(error).__name__}: {error}"}
+            message = f"{type(error).__name__}: {error}"
+            verdicts[grade_id] = {"grade_id": grade_id, "passed": False, "error": message.split("\n", 1)[0],
+                                  "message": message}
     if not entries:
         return verdicts
-    folder = scratch / "kernel_verdicts"  # its working directory, empty
-    folder.mkdir()
-    spec = scratch / "kernels.json"
-    spec.write_text(json.dumps({"seed": seed, "kernels": entries}), encoding="utf-8")
+    folder = scratch / "verdicts"
+    package_copy = _fresh_package(package, folder)
     secret = secrets.token_hex(16)
-    log = folder / "log.txt"
-    command = [sys.executable, str(package_copy / KERNEL_VERDICTS_IN_PACKAGE), str(package_copy), str(spec)]
-    exit_code, killed = _run_with_wall_clock_limit(command, limit, log, package_copy.parent, stdin_text=secret + "\n",
-                                                   memory_limit=memory_limit)
-    for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
-        if line.startswith(secret):
-            record = json.loads(line[len(secret):])
+    for attempt in range(len(entries)):  # a new process after each answer stopped at its limit
+        remaining = [entry for entry in entries if entry["grade_id"] not in verdicts]
+        if not remaining:
+            break
+        work = folder / f"work_{attempt}"  # its working directory, empty
+        work.mkdir()
+        spec = folder / f"spec_{attempt}.json"
+        spec.write_text(json.dumps({"seed": seed, "kernels": remaining}), encoding="utf-8")
+        log = folder / f"log_{attempt}.txt"  # outside the sandbox: only the grader reads it
+        command, environment = sandbox.command(
+            [sys.executable, "-I", str(package_copy / KERNEL_VERDICTS_IN_PACKAGE), str(package_copy), str(spec)],
+            read_only=[package_copy.parent, spec], writable=[work], cwd=work)
+        exit_code, killed = run_limited(command, answer_limit, log, environment=environment,
+                                        stdin_text=secret + "\n", memory_limit=memory_limit,
+                                        progress=lambda: len(_verdict_records(log, secret)),
+                                        limit_name="the limit for one answer")
+        for record in _verdict_records(log, secret):
             verdicts.setdefault(record["grade_id"], record)
-    why = killed or f"ended with exit code {exit_code}"
-    for entry in entries:
-        answer = "kernel" if entry["kind"] == KERNEL_ANSWER else "answer"
-        verdicts.setdefault(entry["grade_id"], {"grade_id": entry["grade_id"], "passed": False,
-                                                "error": f"the {answer}'s own checking process {why} before its verdict"})
+        unjudged = [entry for entry in remaining if entry["grade_id"] not in verdicts]
+        why = killed or f"ended with exit code {exit_code}"
+        for entry in unjudged[:1] if killed else unjudged:  # killed: the answer it was judging
+            answer = "kernel" if entry["kind"] == KERNEL_ANSWER else "answer"
+            verdicts[entry["grade_id"]] = {"grade_id": entry["grade_id"], "passed": False,
+                                           "error": f"the {answer}'s own checking process {why} before its verdict"}
     return verdicts
+
+
+# Errors a return's cell gets when it reaches for what the sandbox keeps from it: the package,
+# the system, a folder it may not write. A return that meets one is marked and scores nothing.
+SANDBOX_REFUSALS = ("[Errno 30] Read-only file system", "[Errno 13] Permission denied",
+                    "[Errno 1] Operation not permitted")
+
+
+def _run_return(graded, scratch: Path, package_copy: Path, sandbox: Sandbox, timeout: int,
+                notebook_timeout: float, memory_limit: float | None) -> tuple[int | None, str | None]:
+    """Execute the graded notebook in the sandbox: it sees its package copy and itself read-only,
+    its working folder and the folder its checkers write to; nothing else of the grader's."""
+    nbformat = _import_instructor_dependency("nbformat")
+    graded_path = scratch / "graded.ipynb"
+    nbformat.write(graded, graded_path)
+    work, out = scratch / "work", scratch / "out"  # the kernel's folder; the checkers' results
+    command, environment = sandbox.command(
+        [sys.executable, "-m", "course_lib.teaching.instructor", "run-graded", str(graded_path), str(work),
+         str(out / SUMMARY_FILE), "--timeout", str(timeout), *(["--sandboxed"] if sandbox.executable else [])],
+        read_only=[package_copy.parent, graded_path], writable=[work, out], cwd=work,
+        environment={"PYTHONPATH": str(package_copy.parent)})
+    return run_limited(command, notebook_timeout, scratch / "log.txt", environment=environment,
+                       memory_limit=memory_limit, limit_name="the limit for one notebook")
+
+
+RESULTS_FILE, SUMMARY_FILE = "checkers.jsonl", "summary.json"
 
 
 def grade_notebook(
@@ -799,6 +792,10 @@ def grade_notebook(
     notebook_timeout: float = DEFAULT_NOTEBOOK_TIMEOUT,
     package: dict[str, bytes] | None = None,
     memory_limit_gib: float | None = DEFAULT_MEMORY_LIMIT_GIB,
+    sandbox: Sandbox | None = None,
+    student: str | None = None,
+    assignment: str | None = None,
+    grader_paths=(),
 ) -> NotebookGrade:
     """Grade the returned notebook at ``path`` against the released notebook it comes from.
 
@@ -806,18 +803,24 @@ def grade_notebook(
     the release runs, from the release's source, against ``course_lib.teaching.exercises``
     imported afresh, on hidden inputs drawn from ``seed`` (None: the checkers' own random
     inputs). A checker passes only when it returned. ``timeout`` bounds each cell (the cell
-    is interrupted); ``notebook_timeout`` the whole run, past which the process running it
-    and its kernel are killed, as they are once they hold more than ``memory_limit_gib``
-    GiB of host memory together (None: no limit).
+    is interrupted) and each answer judged by its own process; ``notebook_timeout`` the whole
+    run, past which the sandbox and everything in it are killed, as they are once they hold
+    more than ``memory_limit_gib`` GiB of host memory together (None: no limit).
 
-    The return runs in a scratch folder of its own, with a copy of the package made from
-    ``package`` (a :func:`_snapshot` of it, taken once for a whole class; now, if None):
-    what it writes there is thrown away with the folder.
+    The return runs in ``sandbox`` (:func:`find_sandbox` when None), in a scratch folder of its
+    own, with a read-only copy of the package made from ``package`` (a :func:`_snapshot` of it,
+    taken once for a whole class; now, if None). ``student`` and ``assignment`` (None: from the
+    file name, as :func:`student_from_file_name` reads it, and the released notebook) label it.
+    A cell that meets the sandbox's walls (SANDBOX_REFUSALS), or names one of ``grader_paths``
+    (the release, the other returns) in its error, marks the return tampered: it scores nothing.
     """
     path = Path(path)
+    sandbox = sandbox or find_sandbox()
     notebook, problem = _read_return(path)
     released = _match_release(notebook, path.name, release)
-    grade = NotebookGrade(notebook=path.name, release=released.name if released else None, problem=problem)
+    grade = NotebookGrade(notebook=path.name, release=released.name if released else None, problem=problem,
+                          student=student or student_from_file_name(path.name, released.name if released else None),
+                          assignment=assignment or (Path(released.name).stem if released else None))
     if released is None:
         grade.problem = problem or "matches no notebook of the release"
         return grade
@@ -826,55 +829,37 @@ def grade_notebook(
                           for checker in released.checkers]
         return grade
 
-    nbformat = _import_instructor_dependency("nbformat")
+    package = package if package is not None else _snapshot(PACKAGE_DIR)
     return_sources = [cell.source for cell in notebook.cells if cell.cell_type == "code"]
     kernels = _kernel_checkers(released)
+    memory_limit = None if memory_limit_gib is None else memory_limit_gib * 2**30
+    # The scratch folder is the grader's: the sandbox sees only the parts of it named below.
     with tempfile.TemporaryDirectory(prefix="course_lib_grading_") as scratch:
         scratch = Path(scratch)
-        package_copy = scratch / "package" / "course_lib"
-        _write_snapshot(package if package is not None else _snapshot(PACKAGE_DIR), package_copy)
-        work = scratch / "work"  # the kernel's folder: the return's relative writes land here
-        work.mkdir()
-        results_path, summary_path = scratch / "checkers.jsonl", scratch / "summary.json"
+        package_copy = _fresh_package(package, scratch)
+        (scratch / "work").mkdir()
+        (scratch / "out").mkdir()
+        results_path, summary_path = scratch / "out" / RESULTS_FILE, scratch / "out" / SUMMARY_FILE
         graded, return_index, in_return = _graded_notebook(notebook, released, seed, results_path, package_copy)
-        nbformat.write(graded, scratch / "graded.ipynb")
-        command = [sys.executable, "-m", "course_lib.teaching.instructor", "run-graded", str(scratch / "graded.ipynb"),
-                   str(work), str(summary_path), "--timeout", str(timeout)]
-        memory_limit = None if memory_limit_gib is None else memory_limit_gib * 2**30
-        exit_code, killed = _run_with_wall_clock_limit(command, notebook_timeout, scratch / "log.txt",
-                                                       package_copy.parent, memory_limit=memory_limit)
+        exit_code, killed = _run_return(graded, scratch, package_copy, sandbox, timeout, notebook_timeout,
+                                        memory_limit)
+        # The return's sandbox, and every process in it, is gone: what it left is only read now.
         results, repeated = _read_results(results_path)
-        verdicts = _kernel_verdicts(return_sources, kernels, seed, scratch, package_copy, notebook_timeout,
-                                    memory_limit)
+        verdicts = _kernel_verdicts(return_sources, kernels, seed, scratch, package, sandbox, timeout, memory_limit)
         if killed:
             grade.problem = killed
-        elif not summary_path.exists():
+        elif not summary_path.is_file() or summary_path.is_symlink():
             last_line = (scratch / "log.txt").read_text(errors="replace").strip().splitlines()[-1:]
-            grade.problem = f"the grading process failed (exit code {exit_code}): {' '.join(last_line)}"
+            grade.problem = f"the grading process failed (exit code {exit_code}): {' '.join(last_line)[:200]}"
         else:
-            summary = json.loads(summary_path.read_text(encoding="utf-8"))
-            grade.problem = summary["aborted"]
-            for error, index in zip(summary["errors"], return_index):
-                if error is not None and index is not None:
-                    grade.errored_cells.append(CellError(cell_index=index, error=error))
-            checker_errors = {cell_id: error for cell_id, error in zip(summary["checker_ids"], summary["errors"])
-                              if cell_id is not None}
-            ran = {cell_id for cell_id, executed in zip(summary["checker_ids"], summary["executed"])
-                   if cell_id is not None and executed}
-            unexpected = [grade_id for grade_id in results if grade_id not in ran]
-            # A checker records a pass only once it has returned, and its cell then ends without
-            # error, as the grading process, outside the kernel, sees it: a pass recorded for a
-            # cell that raised was written by something else.
-            contradicted = [grade_id for grade_id, record in results.items()
-                            if record.get("passed") is not False and checker_errors.get(grade_id)]
-            if repeated or unexpected or contradicted:
-                grade.problem = ("tampered: the checkers' results were written by something else than the checkers "
-                                 f"(repeated: {sorted(set(repeated))[:5]}; of checkers that did not run: "
-                                 f"{sorted(unexpected)[:5]}; passes of checkers whose cell raised: "
-                                 f"{sorted(contradicted)[:5]})")
+            _read_summary(grade, json.loads(summary_path.read_text(encoding="utf-8")), return_index, results, repeated)
         results.update(verdicts)  # a kernel's or PyTorch answer's verdict comes from its own process, whatever
         # the notebook wrote
-        tampered = bool(grade.problem and grade.problem.startswith("tampered"))
+    refused = [f"cell {cell.cell_index}: {cell.error}" for cell in grade.errored_cells
+               if any(refusal in cell.error for refusal in (*SANDBOX_REFUSALS, *map(str, grader_paths)))]
+    if refused and not grade.problem:
+        grade.problem = "tampered: it reached for what the sandbox keeps from returns (" + "; ".join(refused[:3]) + ")"
+    tampered = bool(grade.problem and grade.problem.startswith("tampered"))
 
     for checker in released.checkers:
         result = results.get(checker.grade_id)
@@ -887,9 +872,36 @@ def grade_notebook(
             # Counted as failed whatever the answer: the release's copy still ran, for the report.
             ran = "it passed" if passed else error
             passed, error = False, f"checker cell missing from the return (run from the release: {ran})"
+        message = result.get("message") if result is not None and not in_return[checker.grade_id] == MISSING else None
         grade.checkers.append(CheckerResult(checker.grade_id, checker.label, passed, error,
-                                            in_return[checker.grade_id]))
+                                            in_return[checker.grade_id], message or error))
     return grade
+
+
+def _read_summary(grade: NotebookGrade, summary: dict, return_index: list, results: dict, repeated: list) -> None:
+    """What the grading process saw of the run (each cell's error, what ran), checked against
+    the checkers' own records: a record no checker could have written marks the return tampered."""
+    grade.problem = summary["aborted"]
+    for error, index in zip(summary["errors"], return_index):
+        if error is not None and index is not None:
+            grade.errored_cells.append(CellError(cell_index=index, error=error))
+    checker_errors = {cell_id: error for cell_id, error in zip(summary["checker_ids"], summary["errors"])
+                      if cell_id is not None}
+    ran = {cell_id for cell_id, executed in zip(summary["checker_ids"], summary["executed"])
+           if cell_id is not None and executed}
+    unexpected = [grade_id for grade_id in results if grade_id not in ran]
+    # A checker records a pass only once it has returned, and its cell then ends without
+    # error, as the grading process, outside the kernel, sees it: a pass recorded for a
+    # cell that raised was written by something else.
+    contradicted = [grade_id for grade_id, record in results.items()
+                    if record.get("passed") is not False and checker_errors.get(grade_id)]
+    if summary.get("left_running"):  # killed with the sandbox; a return has no business leaving them
+        grade.problem = f"tampered: it left processes running after its notebook ended: {summary['left_running'][:3]}"
+    if repeated or unexpected or contradicted:
+        grade.problem = ("tampered: the checkers' results were written by something else than the checkers "
+                         f"(repeated: {sorted(set(repeated))[:5]}; of checkers that did not run: "
+                         f"{sorted(unexpected)[:5]}; passes of checkers whose cell raised: "
+                         f"{sorted(contradicted)[:5]})")
 
 
 def grade_folder(
@@ -901,45 +913,44 @@ def grade_folder(
     notebook_timeout: float = DEFAULT_NOTEBOOK_TIMEOUT,
     on_start: Callable[[Path], None] | None = None,
     on_graded: Callable[[list[NotebookGrade]], None] | None = None,
-    grader_files=(),
     memory_limit_gib: float | None = DEFAULT_MEMORY_LIMIT_GIB,
+    sandbox: Sandbox | None = None,
+    jobs: int = 1,
 ) -> list[NotebookGrade]:
-    """Grade every ``*.ipynb`` in ``folder``, sorted by name, against the notebooks of
-    ``release_dir``; ``on_start`` sees each path first, ``on_graded`` the grades so far
-    after each notebook. Other files of the folder (but hidden ones) get a row saying
-    they were not graded, and a notebook whose grading fails for any reason gets a row
-    saying why: the rest of the folder is graded all the same. ``grader_files`` are files
-    the caller writes as grading goes (the scores), which may lie in the guarded folders."""
+    """Grade every return in ``folder`` (nbgrader's ``submitted/<student>/<assignment>/`` or flat:
+    :func:`find_returns`) against the notebooks of ``release_dir``, ``jobs`` at a time, each in
+    ``sandbox`` (:func:`find_sandbox` when None). ``on_start`` sees each path as it starts,
+    ``on_graded`` the grades so far, in the returns' order, after each. Other files (but hidden
+    ones) get a row saying they were not graded, and a notebook whose grading fails for any
+    reason gets a row saying why: the rest of the folder is graded all the same."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    sandbox = sandbox or find_sandbox()
     release = load_release(release_dir)
-    notebooks = _notebooks_in(folder)
-    others = [path for path in Path(folder).iterdir()
-              if path.is_file() and path.suffix != ".ipynb" and not path.name.startswith(".")]
-    # Taken before any return runs: each return gets a fresh copy of the package, and whatever
-    # a return writes to the package, the release or the returns is put back before the next.
-    guarded = {Path(folder).resolve(): None, Path(release_dir).resolve(): None, PACKAGE_DIR: None}
-    exclude = frozenset(Path(file).resolve() for file in grader_files)
-    guarded = {place: _snapshot(place, exclude) for place in guarded}
-    grades = []
-    for path in sorted(notebooks + others):
+    returns = find_returns(folder)
+    package = _snapshot(PACKAGE_DIR)  # before any return runs: every copy is of the package as it is now
+    grader_paths = (Path(folder).resolve(), Path(release_dir).resolve())  # which no return sees
+
+    def grade_return(found: Return) -> NotebookGrade:
         if on_start is not None:
-            on_start(path)
-        if path.suffix != ".ipynb":
-            grade = NotebookGrade(notebook=path.name, problem="not graded: only *.ipynb notebooks are")
-        else:
-            try:
-                grade = grade_notebook(path, release, seed=seed, timeout=timeout, notebook_timeout=notebook_timeout,
-                                       package=guarded[PACKAGE_DIR], memory_limit_gib=memory_limit_gib)
-            except Exception as error:  # a fault of the grader's, not the student's: say it, go on
-                grade = NotebookGrade(notebook=path.name, problem=f"grading failed: {_error_line(type(error).__name__, str(error))}")
-            written = [f"{place.name}/{name}" for place, snapshot in guarded.items()
-                       for name in _restore(place, snapshot, exclude)]
-            if written:  # put back already; the return scores nothing
-                for checker in grade.checkers:
-                    checker.passed = False
-                grade.problem = "tampered: it wrote to " + ", ".join(written[:5]) + " (put back)"
-        grades.append(grade)
-        if on_graded is not None:
-            on_graded(grades)
+            on_start(found.path)
+        if found.path.suffix != ".ipynb":
+            return NotebookGrade(notebook=found.path.name, student=found.student or found.path.name,
+                                 assignment=found.assignment, problem="not graded: only *.ipynb notebooks are")
+        try:
+            return grade_notebook(found.path, release, seed=seed, timeout=timeout, notebook_timeout=notebook_timeout,
+                                  package=package, memory_limit_gib=memory_limit_gib, sandbox=sandbox,
+                                  student=found.student, assignment=found.assignment, grader_paths=grader_paths)
+        except Exception as error:  # a fault of the grader's, not the student's: say it, go on
+            return NotebookGrade(notebook=found.path.name, student=found.student, assignment=found.assignment,
+                                 problem=f"grading failed: {_error_line(type(error).__name__, str(error))}")
+
+    grades = []
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:  # each return's work is in processes of its own
+        for grade in pool.map(grade_return, returns):
+            grades.append(grade)
+            if on_graded is not None:
+                on_graded(grades)
     return grades
 
 
@@ -962,40 +973,24 @@ def _changed_checkers(grade: NotebookGrade) -> str:
     return "; ".join(f"{state}: {', '.join(names)}" for state, names in changed.items())
 
 
-def _errors_outside_checkers(grade: NotebookGrade) -> str:
-    errors = [f"cell {cell.cell_index}: {cell.error}" for cell in grade.errored_cells]
-    if grade.problem:
-        errors.append(grade.problem)
-    return "; ".join(errors)
-
-
 def format_table(grades: list[NotebookGrade]) -> str:
-    """A plain-text table: one row per notebook with its score, ✓/✗ per checker, the
-    checker cells the return had edited or lost, and the cells outside the checkers
-    that raised. Checkers are columns, in order of first appearance, so copies of one
-    notebook line up; a notebook without a column's checker leaves it blank."""
+    """A plain-text table for the instructor: one row per return with its student, assignment,
+    score, ✓/✗ per checker, the checker cells the return had edited or lost, and any problem.
+    Checkers are columns, in order of first appearance, so copies of one notebook line up; a
+    notebook without a column's checker leaves it blank. What the return's own cells printed or
+    raised is left to its feedback page, seen by its student alone."""
     checker_names: list[str] = []
     for grade in grades:
         for name, _ in _checker_columns(grade):
             if name not in checker_names:
                 checker_names.append(name)
 
-    header = ["notebook", "score", *checker_names, "checker cells changed", "errors outside checkers"]
+    header = ["student", "assignment", "score", *checker_names, "checker cells changed", "problem"]
     rows = [header]
     for grade in grades:
-        marks = {
-            name: PASSED_MARK if checker.passed else FAILED_MARK
-            for name, checker in _checker_columns(grade)
-        }
-        rows.append(
-            [
-                grade.notebook,
-                grade.score,
-                *(marks.get(name, "") for name in checker_names),
-                _changed_checkers(grade),
-                _errors_outside_checkers(grade),
-            ]
-        )
+        marks = {name: PASSED_MARK if checker.passed else FAILED_MARK for name, checker in _checker_columns(grade)}
+        rows.append([grade.student or "", grade.assignment or grade.notebook, grade.score,
+                     *(marks.get(name, "") for name in checker_names), _changed_checkers(grade), grade.problem or ""])
 
     widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
     lines = [
@@ -1005,27 +1000,18 @@ def format_table(grades: list[NotebookGrade]) -> str:
     return "\n".join(lines)
 
 
-CSV_COLUMNS = ["notebook", "checker", "passed", "error", "checker_cell", "release"]
+GRADEBOOK_FILE = "gradebook.csv"
 
 
-def write_csv(grades: list[NotebookGrade], out_path: str | Path) -> Path:
-    """One row per notebook and checker of the release: notebook, checker, passed (1 or
-    0), error, checker_cell (as released, edited or missing in the return) and release.
-    A notebook that matches no released notebook gets one row saying why."""
-    out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    partial_path = out_path.with_name(out_path.name + ".partial")
-    with partial_path.open("w", newline="", encoding="utf-8") as out_file:
-        writer = csv.writer(out_file)
-        writer.writerow(CSV_COLUMNS)
-        for grade in grades:
-            if not grade.checkers:
-                writer.writerow([grade.notebook, "", 0, grade.problem or "", "", grade.release or ""])
-            for name, checker in _checker_columns(grade):
-                writer.writerow([grade.notebook, name, int(checker.passed), checker.error or "",
-                                 checker.in_return, grade.release])
-    partial_path.replace(out_path)  # a reader never sees half a file
-    return out_path
+def write_gradebook(grades: list[NotebookGrade], out_dir: str | Path, seed: int | None,
+                    commit: str | None = None) -> Path:
+    """``out_dir/gradebook.csv`` (:func:`gradebook_csv`) and a feedback page per student and
+    assignment (``out_dir/feedback/<student>/<assignment>.html``), each written atomically."""
+    out_dir = Path(out_dir)
+    commit = commit or course_commit(PACKAGE_DIR.parent)
+    for grade in grades:
+        write_atomically(feedback_path(out_dir, grade), feedback_page(grade, seed, commit))
+    return write_atomically(out_dir / GRADEBOOK_FILE, gradebook_csv(grades, seed, commit))
 
 
 # --- command line -------------------------------------------------------------------
@@ -1068,26 +1054,33 @@ def _build_parser() -> argparse.ArgumentParser:
         "grade",
         help="grade returned notebooks against the release and print a score table",
         description=(
-            "Run every *.ipynb in SUBMISSIONS_DIR, each in a process of its own, with the "
-            "checker cells of the released notebook it comes from (found by their ids) in "
-            "place of its own, against course_lib.teaching.exercises imported afresh, on hidden inputs "
-            "drawn from --seed. Print per notebook the checkers passed, the checker cells it "
-            "had edited or lost and the other cells that raised. This runs the students' "
-            "code: do it in a sandbox or container. The exit code is 0 whatever the scores; "
+            "Run every returned notebook of SUBMISSIONS_DIR (nbgrader's submitted/<student>/<assignment>/, "
+            "or flat, named <student>_<released notebook>), each in a sandbox of its own (bubblewrap), with "
+            "the checker cells of the released notebook it comes from (found by their ids) in place of its "
+            "own, against course_lib.teaching.exercises imported afresh, on hidden inputs drawn from --seed. "
+            "Print per return the checkers passed, the checker cells it had edited or lost and any problem; "
+            "write the gradebook and a feedback page per student and assignment to --out. Without "
+            "bubblewrap it refuses to run, unless --unsafe. The exit code is 0 whatever the scores; "
             "it is non-zero only when grading itself fails."
         ),
     )
     grade.add_argument(
-        "submissions_dir", metavar="SUBMISSIONS_DIR", help="folder of returned notebooks"
+        "submissions_dir", metavar="SUBMISSIONS_DIR",
+        help="folder of returned notebooks: nbgrader's layout (submitted/<student>/<assignment>/) or flat"
     )
     grade.add_argument(
         "--release", metavar="DIR", default="notebooks",
         help="folder of the instructor's notebooks the returns come from (default notebooks)",
     )
     grade.add_argument(
-        "--out", metavar="CSV",
-        help="also write one row per checker to this CSV file, rewritten as each notebook is graded",
+        "--out", metavar="DIR",
+        help=f"also write DIR/{GRADEBOOK_FILE} (a row per student and assignment) and DIR/feedback/<student>/"
+             "<assignment>.html, rewritten as each return is graded; DIR must not be inside SUBMISSIONS_DIR",
     )
+    grade.add_argument("--jobs", metavar="N", type=int, default=1, help="returns graded at once (default 1)")
+    grade.add_argument("--unsafe", action="store_true",
+                       help="grade without a sandbox when there is none (the returns' code can then reach "
+                            "everything the grader can)")
     grade.add_argument(
         "--seed", metavar="N", type=int,
         help="seed of the checkers' hidden inputs (default: a new one, printed, to grade the same way again)",
@@ -1097,7 +1090,7 @@ def _build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         type=int,
         default=DEFAULT_TIMEOUT,
-        help=f"longest a single cell may run before it is interrupted (default {DEFAULT_TIMEOUT})",
+        help=f"longest a single cell, or one answer judged by its own process, may run (default {DEFAULT_TIMEOUT})",
     )
     grade.add_argument(
         "--notebook-timeout", metavar="SECONDS", type=float, default=DEFAULT_NOTEBOOK_TIMEOUT,
@@ -1120,6 +1113,7 @@ def _build_parser() -> argparse.ArgumentParser:
     run_graded_command.add_argument("folder", type=Path)
     run_graded_command.add_argument("summary_path", type=Path)
     run_graded_command.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT)
+    run_graded_command.add_argument("--sandboxed", action="store_true")
     execute = commands.add_parser(
         "execute",
         help="re-execute notebooks in place, saving their new outputs",
@@ -1132,14 +1126,17 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _grade_command(arguments) -> None:
+    sandbox = find_sandbox(unsafe=arguments.unsafe)  # before anything runs: no sandbox, no grading
     seed = arguments.seed if arguments.seed is not None else secrets.randbelow(2**31)
-    print(f"hidden inputs from seed {seed} (--seed {seed} grades the same way again)", file=sys.stderr)
+    commit = course_commit(PACKAGE_DIR.parent)
+    print(f"sandbox: {sandbox.name}; hidden inputs from seed {seed} (--seed {seed} grades the same way again); "
+          f"course at commit {commit}", file=sys.stderr)
 
     def save(grades):
         latest = grades[-1]
-        print(f"  {latest.notebook}: {latest.score}", file=sys.stderr)
+        print(f"  {latest.student} {latest.assignment or latest.notebook}: {latest.score}", file=sys.stderr)
         if arguments.out:
-            write_csv(grades, arguments.out)
+            write_gradebook(grades, arguments.out, seed, commit)
 
     grades = grade_folder(
         arguments.submissions_dir,
@@ -1148,13 +1145,14 @@ def _grade_command(arguments) -> None:
         timeout=arguments.timeout,
         notebook_timeout=arguments.notebook_timeout,
         memory_limit_gib=arguments.memory_limit,
-        on_start=lambda path: print(f"grading {path.name} ...", file=sys.stderr),
+        on_start=lambda path: print(f"grading {path.parent.name}/{path.name} ...", file=sys.stderr),
         on_graded=save,
-        grader_files=[arguments.out] if arguments.out else [],
+        sandbox=sandbox,
+        jobs=arguments.jobs,
     )
     print(format_table(grades))
     if arguments.out:
-        print(f"wrote {arguments.out}")
+        print(f"wrote {Path(arguments.out) / GRADEBOOK_FILE} and {Path(arguments.out) / 'feedback'}/")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1178,10 +1176,11 @@ def main(argv: list[str] | None = None) -> int:
             for path in stamp_exercise_metadata(arguments.notebooks):
                 print(f"stamped {path}")
         elif arguments.command == "run-graded":
-            run_graded(arguments.graded_path, arguments.folder, arguments.timeout, arguments.summary_path)
+            run_graded(arguments.graded_path, arguments.folder, arguments.timeout, arguments.summary_path,
+                       arguments.sandboxed)
         else:
             _grade_command(arguments)
-    except (ImportError, OSError, ValueError, RuntimeError) as error:
+    except (ImportError, OSError, ValueError, RuntimeError) as error:  # SandboxUnavailable too
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0

@@ -42,8 +42,10 @@ holding no operators yet and ``mutates_args``; ``torch.library.wrap_triton``,
 OPERATOR_ATTRIBUTES (registrations, the autograd context's saved tensors). The cell runs in a
 module whose only names are those, from a file of its own.
 
-This file is run by path, from the grader's copy of the package:
-``python kernel_verdicts.py PACKAGE_DIR SPEC_JSON`` with the secret on stdin.
+This file is run by path, from a fresh copy of the package, in Python's isolated mode and in a
+sandbox (course_lib.teaching.grading.sandbox): ``python -I kernel_verdicts.py PACKAGE_DIR SPEC_JSON``
+with the secret on stdin. ``-I`` keeps this file's folder off ``sys.path``, so nothing planted
+beside it is imported.
 """
 
 import ast
@@ -676,15 +678,16 @@ def run_verdicts(package_dir, spec, secret, out=sys.stdout):
     runtime = importlib.import_module(exercises.__name__.split(".")[0] + ".core.runtime")  # the checkers' own
     with tempfile.TemporaryDirectory(prefix="course_lib_kernels_") as folder:
         for entry in spec["kernels"]:
-            error = None
+            error = message = None
             try:
                 answers = load_answer(entry, folder, runtime)
                 if seed is not None:
                     torch.manual_seed(fresh_checker["variant_seed"](seed, entry["grade_id"]))
                 getattr(exercises, entry["checker"])(*answers)
             except Exception as failure:  # the checker's verdict, or why the answer could not be taken
-                error = fresh_checker["_error_line"](failure)
-            out.write(secret + json.dumps({"grade_id": entry["grade_id"], "passed": error is None, "error": error})
+                error, message = fresh_checker["_error_line"](failure), fresh_checker["_message"](failure)
+            out.write(secret + json.dumps({"grade_id": entry["grade_id"], "passed": error is None, "error": error,
+                                           "message": message})
                       + "\n")
             out.flush()
 

@@ -225,7 +225,7 @@ OK_B = torch.randn(3, 5, device=DEVICE)
 
 
 @pytest.mark.parametrize(("args", "kwargs", "error", "match"), [
-    ((OK.numpy(), OK_B), {}, TypeError, "matmul: a must be a torch.Tensor, got ndarray"),
+    ((OK.cpu().numpy(), OK_B), {}, TypeError, "matmul: a must be a torch.Tensor, got ndarray"),
     ((OK, OK_B.to("meta")), {}, ValueError, "matmul: b is on meta"),
     ((OK.long(), OK_B), {}, TypeError, "a has dtype torch.int64; accepted: float32, float16, bfloat16"),
     ((OK.double(), OK_B.double()), {}, TypeError, "a has dtype torch.float64"),

@@ -558,12 +558,14 @@ def check_scale_columns_op(scale_columns_forward_kernel, scale_columns_backward_
                           backward_kernel, what)
     _values_and_grads(name, scale_columns_op, torch.randn(11, 19, device=DEVICE), torch.randn(19, device=DEVICE),
                       None, forward_kernel, backward_kernel, "out.sum().backward() (grad_y expanded, strides (0, 0))")
+    # Not counted in the line below: special weights, and the results traced to the kernels. Before
+    # opcheck, whose fake tensors stop a branch on the weights' values with a message of its own (on a
+    # GPU), so that such an answer is named the same way on a GPU and under the interpreter.
+    _results_come_from_the_kernels(name, scale_columns_op, forward_kernel, backward_kernel)
     x, w = torch.randn(9, 5, device=DEVICE), torch.randn(5, device=DEVICE)
     _opcheck(name, scale_columns_op, (x, w), "on x of shape (9, 5)")
     _opcheck(name, scale_columns_op, (x.requires_grad_(), w.requires_grad_()), "with inputs that need grad")
     _compiled_matches(name, scale_columns_op, forward_kernel, backward_kernel)
-    # Not counted in the line below: special weights, and the results traced to the kernels.
-    _results_come_from_the_kernels(name, scale_columns_op, forward_kernel, backward_kernel)
     how = ("inductor launching your kernels itself" if ON_GPU else
            "aot_eager, the operator opaque (under the interpreter inductor cannot launch interpreted kernels)")
     say(f"{name.split(' (')[0]} passed: the forward kernel on {len(inputs)} inputs, the operator's values and "

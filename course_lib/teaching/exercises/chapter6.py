@@ -6,6 +6,8 @@ only differences a right answer shows are float32's rounding of the sums and, wh
 output is bfloat16, the rounding of the result: the tolerances allow those and no more.
 """
 
+import warnings
+
 import torch
 import torch.nn.functional as F
 import triton
@@ -13,7 +15,7 @@ import triton
 from ...core.runtime import DEVICE
 from ..checking import ExerciseError, compare
 from ..student_kernels import kernel_runs, recorded_run, report_throughput, require_kernel
-from .common import KEPT_FILL_HINT, Exercise, Prefilled, hidden_case, random_fill, random_size, say
+from .common import KEPT_FILL_HINT, Exercise, Prefilled, hidden_case, matches, random_fill, random_size, say
 
 __all__ = ["launch_tile_matmul", "check_tile_matmul", "launch_matmul", "check_matmul", "launch_grouped_matmul",
            "check_grouped_matmul", "launch_matmul_bias_gelu", "check_matmul_bias_gelu", "launch_batched_matmul",
@@ -77,9 +79,18 @@ def _a_wrong_layout_hint(got, a, b, expected):
     return None
 
 
-def _missing_other_hint(got, k, block_k):
-    """NaN in the result where K is not a multiple of the tile: masked lanes loaded without other=0."""
-    if isinstance(got, torch.Tensor) and k % block_k and got.detach().isnan().any():
+def _missing_other_hint(name, launch, kernel, args, expected, tolerance):
+    """NaN in the result, and the same launch right when masked lanes read 0: a load without
+    other=0, whose lanes past K tl.dot sums (NaN under the checker's interpreter)."""
+    from ..student_kernels import run_interpreted
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            zeros = run_interpreted(name, launch, kernel, *args, undefined_as_nan=False)
+    except ExerciseError:
+        return None
+    if matches(zeros, expected, **tolerance):
         return ("the lanes of the last K tile past K were loaded without a value (the mask alone leaves them "
                 "undefined: NaN under the checker's interpreter, garbage on a GPU), and tl.dot sums over all "
                 "BLOCK_K of them: give both loads other=0.0, so the lanes past K add nothing")
@@ -110,15 +121,15 @@ def _operand_cases(max_k, visible):
     return cases
 
 
-def _check_product(name, launch, kernel, what, a, b, expected, tolerance, block_k, extra_hint=None, extra=()):
+def _check_product(name, launch, kernel, what, a, b, expected, tolerance, extra_hint=None, extra=()):
     """One case: every run (interpreted, then compiled on a GPU) compared with expected."""
     for how, got in kernel_runs(name, launch, kernel, a, b, *extra):
         try:
             compare(f"{name}, {what}" + (f", {how}" if how else ""), got, expected, **tolerance,
                     strides=("stride_am", "stride_ak"))
         except ExerciseError as error:
-            hint = (_a_wrong_layout_hint(got, a, b, _product(a, b)) or _missing_other_hint(got, a.shape[1], block_k)
-                    or (extra_hint(got) if extra_hint else None))
+            hint = (_a_wrong_layout_hint(got, a, b, _product(a, b)) or (extra_hint(got) if extra_hint else None)
+                    or _missing_other_hint(name, launch, kernel, (a, b, *extra), expected, tolerance))
             raise _with_hint(error, hint) from None
 
 
@@ -141,8 +152,7 @@ def check_tile_matmul(tile_matmul_kernel):
     kernel = require_kernel(name, tile_matmul_kernel, "tile_matmul_kernel")
     cases = _operand_cases(64, hidden_case(lambda: (random_size(1, 90), random_size(1, 90), random_size(1, 64))))
     for what, a, b in cases:
-        block_k = max(16, triton.next_power_of_2(a.shape[1]))
-        _check_product(name, launch_tile_matmul, kernel, what, a, b, _product(a, b), FLOAT32_OUT, block_k)
+        _check_product(name, launch_tile_matmul, kernel, what, a, b, _product(a, b), FLOAT32_OUT)
     # Not counted in the line below: more rows and columns than any case, values far from 1, and
     # an output filled with random values beforehand.
     a, b = _bf16(300, 40, scale=30.0), _bf16(40, 170, scale=0.01)
@@ -188,15 +198,12 @@ def _k_loop_cases():
             ("a 40×77 times b 77×300, values near 30 and 0.01", _bf16(40, 77, scale=30.0), _bf16(77, 300, scale=0.01))]
 
 
-def _check_matmul_like(name, launch, kernel, visible):
+def _check_matmul_like(name, launch, kernel, visible, extra_hint=lambda got, a, b: None):
     """6.2's and 6.3's cases: the printed ones, then those past them and a pre-filled output."""
     cases = _operand_cases(150, visible)
-    for what, a, b in cases:
-        _check_product(name, launch, kernel, what, a, b, _product(a, b), BFLOAT16_OUT, 16,
-                       extra_hint=lambda got: _k_loop_hint(got, a, b, 16))
-    for what, a, b in _k_loop_cases():
-        _check_product(name, launch, kernel, what, a, b, _product(a, b), BFLOAT16_OUT, 16,
-                       extra_hint=lambda got: _k_loop_hint(got, a, b, 16))
+    for what, a, b in cases + _k_loop_cases():
+        _check_product(name, launch, kernel, what, a, b, _product(a, b), BFLOAT16_OUT,
+                       extra_hint=lambda got: _k_loop_hint(got, a, b, 16) or extra_hint(got, a, b))
     a, b = _bf16(70, 50), _bf16(50, 45)
     _prefilled_product(name, launch, kernel, "a 70×50 times b 50×45", a, b, _product(a, b), BFLOAT16_OUT,
                        torch.bfloat16)
@@ -260,25 +267,34 @@ def _tiles_written(launches, out_shape, block_m, block_n):
     return written
 
 
+def grouped_tile(pid, tiles_m, tiles_n, group_m):
+    """The tile (row, column) program ``pid`` computes in grouped order: groups of group_m
+    rows of tiles, each group's programs going down its rows first, then along its columns."""
+    in_group = group_m * tiles_n
+    first = pid // in_group * group_m
+    rows_in_group = min(tiles_m - first, group_m)
+    return first + pid % in_group % rows_in_group, pid % in_group // rows_in_group
+
+
 def _order_error(name, written, tiles_m, tiles_n, group_m):
-    """The first way the programs' order is not grouped, or None."""
+    """The first way the programs' order is not the grouped order, or None."""
     for pid in sorted(written):
         if len(written[pid]) > 1:
             return f"{name}: program {pid} wrote into {len(written[pid])} tiles of out; each program writes one tile"
-    order = [next(iter(written[pid])) for pid in sorted(written)]
-    if len(set(order)) < len(order) or len(order) < tiles_m * tiles_n:
+    order = {pid: next(iter(tiles)) for pid, tiles in written.items()}
+    if len(set(order.values())) < len(order) or len(order) < tiles_m * tiles_n:
         return None  # some tile written twice or never: the values say where
-    in_group = group_m * tiles_n
-    for pid, (tile_m, tile_n) in enumerate(order):
-        if tile_m // group_m != pid // in_group:
-            row_major = all(t == (p // tiles_n, p % tiles_n) for p, t in enumerate(order))
-            why = (" (that is row-major order: each program steps along a row of tiles, so consecutive programs "
-                   "share a rows of a but all need different columns of b)") if row_major else ""
-            return (f"{name}: the values are right, but program {pid} wrote tile ({tile_m}, {tile_n}), which is not "
-                    f"in group {pid // in_group}: with {tiles_n} tiles a row and GROUP_M = {group_m}, programs "
-                    f"{pid // in_group * in_group} to {(pid // in_group + 1) * in_group - 1} must cover the "
-                    f"rows of tiles {pid // in_group * group_m} to {(pid // in_group + 1) * group_m - 1} (every "
-                    f"column of them){why}")
+    if all(order[p] == (p // tiles_n, p % tiles_n) for p in order):
+        return (f"{name}: the values are right, but the programs go row by row (program p on tile (p // tiles_n, "
+                f"p % tiles_n)): that is the 2-D grid's order, not the grouped one. Consecutive programs of a group "
+                f"go down its GROUP_M = {group_m} rows of tiles first, then to the next column")
+    for pid in sorted(order):
+        expected = grouped_tile(pid, tiles_m, tiles_n, group_m)
+        if order[pid] != expected:
+            return (f"{name}: the values are right, but program {pid} computed tile {order[pid]} where the grouped "
+                    f"order gives it tile {expected} ({tiles_m} × {tiles_n} tiles, GROUP_M = {group_m}): inside a "
+                    "group, the rank goes down the group's rows first (row = rank % rows in the group), then "
+                    "along its columns (column = rank // rows in the group)")
     return None
 
 
@@ -302,7 +318,8 @@ def check_grouped_matmul(grouped_matmul_kernel):
     name = "Exercise 6.3 (grouped_matmul_kernel)"
     kernel = require_kernel(name, grouped_matmul_kernel, "grouped_matmul_kernel")
     cases = _check_matmul_like(name, launch_grouped_matmul, kernel, hidden_case(
-        lambda: (random_size(1, 200), random_size(1, 90), random_size(1, 100))))
+        lambda: (random_size(1, 200), random_size(1, 90), random_size(1, 100))),
+        extra_hint=lambda got, a, b: _last_group_hint(got, a, b, 16, 4))
     # The order: 10 rows of tiles (two groups of 4, then one of 2) and 3 columns, recorded.
     for m, n, group_m in ((160, 48, 4), (100, 70, 3)):
         a, b = _bf16(m, 24), _bf16(24, n)
@@ -346,7 +363,12 @@ def _epilogue_hint(got, a, b, bias):
         return None
     got64 = got.detach().to("cpu", torch.float64)
     product, bias64 = _product(a, b), bias.detach().to("cpu", torch.float64)
+    bias_at_rows = torch.zeros(a.shape[0], dtype=torch.float64)  # loaded at the rows, masked past N
+    bias_at_rows[:min(a.shape[0], b.shape[1])] = bias64[:a.shape[0]]
     candidates = [
+        (_gelu_tanh(product + bias_at_rows[:, None]), "the bias was added along the rows (loaded at the rows' "
+                                                      "offsets): it has one value a column of out, loaded at the "
+                                                      "columns' offsets and broadcast as bias[None, :]"),
         (_gelu_tanh(product), "the bias is missing: add bias[None, :] (one value a column) to the accumulator "
                               "before GELU"),
         (_gelu_tanh(product) + bias64, "the bias was added after GELU: the layer is gelu(a @ b + bias), so add it "
@@ -354,14 +376,8 @@ def _epilogue_hint(got, a, b, bias):
         (product + bias64, f"GELU is missing: apply {GELU_TANH} to the accumulator plus the bias"),
         (torch.relu(product + bias64), f"that is ReLU; the exercise asks for GELU, {GELU_TANH}"),
     ]
-    if a.shape[0] == b.shape[1]:
-        candidates.append((_gelu_tanh(product + bias64[:, None]),
-                           "the bias was added along the rows (bias[:, None]): bias has one value a column of out, "
-                           "bias[None, :], loaded at the columns' offsets"))
-    for candidate, hint in candidates:
-        if torch.allclose(got64, candidate, **BFLOAT16_OUT):
-            return hint
-    return None
+    explaining = [hint for candidate, hint in candidates if torch.allclose(got64, candidate, **BFLOAT16_OUT)]
+    return explaining[0] if len(explaining) == 1 else None  # several: the case cannot tell them apart
 
 
 def check_matmul_bias_gelu(matmul_bias_gelu_kernel):
@@ -370,7 +386,7 @@ def check_matmul_bias_gelu(matmul_bias_gelu_kernel):
     the float32 accumulator before its one store."""
     name = "Exercise 6.4 (matmul_bias_gelu_kernel)"
     kernel = require_kernel(name, matmul_bias_gelu_kernel, "matmul_bias_gelu_kernel")
-    shapes = [(1, 1, 1), (37, 21, 13), (48, 48, 40), (20, 45, 100)] + hidden_case(
+    shapes = [(37, 21, 13), (48, 48, 40), (20, 45, 100), (1, 1, 1)] + hidden_case(
         lambda: (random_size(1, 90), random_size(1, 90), random_size(1, 100)))
     # Past them (not counted below): a wide row, and values whose GELU reaches both of its tails.
     beyond = [(130, 300, 70, 1.0), (40, 60, 50, 3.0)]
@@ -382,13 +398,16 @@ def check_matmul_bias_gelu(matmul_bias_gelu_kernel):
             launch_matmul_bias_gelu, lambda a, b, bias: random_fill((a.shape[0], b.shape[1]), a.device, a.dtype))
         if index >= len(shapes):
             what += ", output filled with random values beforehand"
-        for how, got in kernel_runs(name, launch, kernel, a, b, bias):
+        with warnings.catch_warnings():  # exp overflows to inf in a sigmoid of a far negative value: right
+            warnings.simplefilter("ignore", RuntimeWarning)
+            runs = list(kernel_runs(name, launch, kernel, a, b, bias))
+        for how, got in runs:
             try:
                 compare(f"{name}, {what}" + (f", {how}" if how else ""), got, expected, **BFLOAT16_OUT,
                         outputs_start_as_nan=index < len(shapes))
             except ExerciseError as error:
-                hint = (_epilogue_hint(got, a, b, bias) or _missing_other_hint(got, k, 16)
-                        or _k_loop_hint(got, a, b, 16))
+                hint = (_epilogue_hint(got, a, b, bias) or _k_loop_hint(got, a, b, 16)
+                        or _missing_other_hint(name, launch, kernel, (a, b, bias), expected, BFLOAT16_OUT))
                 if hint is None and isinstance(launch, Prefilled) and launch.kept_fill(got, expected, **BFLOAT16_OUT):
                     hint = KEPT_FILL_HINT
                 raise _with_hint(error, hint) from None
@@ -454,7 +473,9 @@ def check_batched_matmul(batched_matmul_kernel):
                 compare(f"{name}, {what}" + (f", {how}" if how else ""), got, expected, **BFLOAT16_OUT,
                         strides=("stride_am", "stride_ak"))
             except ExerciseError as error:
-                raise _with_hint(error, _batch_hint(got, a, b) or _missing_other_hint(got, a.shape[2], 16)) from None
+                hint = _batch_hint(got, a, b) or _missing_other_hint(name, launch_batched_matmul, kernel, (a, b),
+                                                                     expected, BFLOAT16_OUT)
+                raise _with_hint(error, hint) from None
     # Past them (not counted below): a long batch, and an output filled with random values beforehand.
     a, b = _bf16(70, 9, 20), _bf16(70, 20, 11)
     prefilled = Prefilled(launch_batched_matmul, lambda a, b: random_fill((a.shape[0], a.shape[1], b.shape[2]),

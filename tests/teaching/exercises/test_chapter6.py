@@ -54,15 +54,12 @@ def test_matmul_names_the_mistake(mistake, message):
         exercises.check_matmul(_kernel("6.2", "matmul_kernel", mistake))
 
 
-def test_matmul_refuses_an_answer_that_writes_only_where_the_output_is_nan():
-    # reads its output and keeps what is there unless it is NaN: right on a NaN-filled output only
-    keep = {"    tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn,":
-            "    old = tl.load(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn,\n"
-            "                  mask=(rows < M)[:, None] & (cols < N)[None, :], other=0.0)\n"
-            "    acc = tl.where(old != old, acc, old.to(tl.float32))\n"
-            "    tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn,"}
-    with pytest.raises(ExerciseError, match="what the output held before the launch"):
-        exercises.check_matmul(_kernel("6.2", "matmul_kernel", keep))
+def test_matmul_refuses_an_answer_that_stops_past_the_listed_sizes():
+    # right at every size the checker lists, nothing written past 100 rows
+    stops = {"    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)":
+             "    if M > 100:\n        return\n    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)"}
+    with pytest.raises(ExerciseError, match="a 130×700 times b 700×90"):
+        exercises.check_matmul(_kernel("6.2", "matmul_kernel", stops))
 
 
 @pytest.mark.parametrize("mistake, message", [
@@ -79,8 +76,9 @@ def test_grouped_matmul_names_the_mistake(mistake, message):
 
 @pytest.mark.parametrize("mistake, message", [
     ({"x = acc + bias[None, :].to(tl.float32)": "x = acc"}, "the bias is missing"),
-    ({"x = acc + bias[None, :].to(tl.float32)": "x = acc + bias[:, None].to(tl.float32)"},
-     "along the rows|out of bounds"),
+    ({"bias = tl.load(bias_ptr + cols, mask=cols < N, other=0.0)":
+      "bias = tl.load(bias_ptr + rows, mask=rows < N, other=0.0)",
+      "x = acc + bias[None, :].to(tl.float32)": "x = acc + bias[:, None].to(tl.float32)"}, "along the rows"),
     ({"y = 0.5 * x * (1.0 + (2.0 * tl.sigmoid(2.0 * inner) - 1.0))": "y = x"}, "GELU is missing"),
     ({"y = 0.5 * x * (1.0 + (2.0 * tl.sigmoid(2.0 * inner) - 1.0))": "y = tl.maximum(x, 0.0)"}, "that is ReLU"),
 ])
