@@ -136,6 +136,11 @@ TARGETS = [
     Target("matmul", "fwd", "M×N×K 4096³, 8192³, 16384×1024×4096", _gemm_shapes, EAGER, 0.85),
     Target("matmul", "bwd", "M×N×K 4096³, 8192³, 16384×1024×4096", _gemm_shapes, EAGER, 0.85),
     Target("matmul_bias_gelu", "fwd", "every shape", _everywhere, EAGER, 1.0),
+    # The training step (forward and backward) as a loop calls it, eager and in CUDA graphs.
+    Target("matmul", "step", "4096³", _everywhere, EAGER, 0.85),
+    Target("matmul", "step", "4096³", _everywhere, GRAPHS, 0.85),
+    # Its backward: gelu's derivative in one pass, then the two products.
+    Target("matmul_bias_gelu", "bwd", "every shape", _everywhere, EAGER, 0.85),
     # Chapter 7's routed block: its step against the package it comes from and the
     # reference compiled, in time and in peak memory.
     Target("routed_block", "step", "every shape", _everywhere, PEER, 1.5),

@@ -65,7 +65,7 @@ def test_matmul_refuses_an_answer_that_stops_past_the_listed_sizes():
 @pytest.mark.parametrize("mistake, message", [
     # row-major order from a 1-D grid: right values, wrong order
     ({"tile_m = first_tile_m + (pid % in_group) % group_rows": "tile_m = pid // tiles_n",
-      "tile_n = (pid % in_group) // group_rows": "tile_n = pid % tiles_n"}, "row-major order"),
+      "tile_n = (pid % in_group) // group_rows": "tile_n = pid % tiles_n"}, "the programs go row by row"),
     # the last group taken as GROUP_M rows
     ({"group_rows = tl.minimum(tiles_m - first_tile_m, GROUP_M)": "group_rows = GROUP_M"}, "the last group has"),
 ])
