@@ -25,10 +25,11 @@ PYTEST := -p no:cacheprovider -rs
 # The suites run on every core (pytest-xdist), a whole file to a worker: a notebook's cells share one kernel.
 PARALLEL := -n auto --dist loadfile
 PYTEST_NBVAL := --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg --nbval-cell-timeout 600
-# The package's tests, for other torch and Triton releases: the instructor tools, the book
-# and the repository's own files need no particular Triton and are left to `make test`.
+# The package's tests, for other torch and Triton releases: the instructor tools (grading and its
+# sandbox too), the book and the repository's own files need no particular Triton and are left to
+# `make test`, which installs the sandbox.
 PACKAGE_TESTS := tests --ignore=tests/teaching/test_instructor.py --ignore=tests/test_book.py \
-	--ignore=tests/test_repository.py --ignore=tests/test_install.py
+	--ignore=tests/test_repository.py --ignore=tests/test_install.py --ignore=tests/teaching/grading
 
 .PHONY: test test-unit test-notebooks test-triton-latest test-floor book lab lab-instructor set-repository student grade benchmarks training \
 	gpu-wheels gpu-run clean sandbox
@@ -60,10 +61,17 @@ $(FLOOR_VENV)/.installed: requirements-floor.txt pyproject.toml
 
 # The sandbox returns are graded in (course_lib/teaching/grading/sandbox.py): bubblewrap, from the
 # distribution's own signed archive (Debian 12: 0.8.0). make grade and the grading tests need it.
+# As root with apt-get (CI, a fresh machine) it is installed, with no question asked; the package
+# lists are fetched only when the ones on the machine cannot give it. Elsewhere: how to install it.
+APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends
+SANDBOX_HINT := Grading needs bubblewrap (bwrap): sudo apt-get install bubblewrap (Debian, Ubuntu), \
+	sudo dnf install bubblewrap (Fedora); or make grade UNSAFE=1, on a machine you can lose.
 sandbox:
-	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
-		&& { apt-get install -y --no-install-recommends bubblewrap || { apt-get update && apt-get install -y --no-install-recommends bubblewrap; }; }; } \
-		|| { echo "Grading needs bubblewrap: sudo apt-get install bubblewrap (Debian, Ubuntu), sudo dnf install bubblewrap (Fedora)."; exit 1; }
+	@command -v bwrap >/dev/null && exit 0; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then echo "$(SANDBOX_HINT)" >&2; exit 1; fi; \
+	echo "Installing bubblewrap with apt-get ..."; \
+	$(APT_INSTALL) bubblewrap </dev/null || { apt-get update -q </dev/null && $(APT_INSTALL) bubblewrap </dev/null; } \
+		|| { echo "apt-get could not install bubblewrap. $(SANDBOX_HINT)" >&2; exit 1; }
 
 # The browser test of the built book runs in make book, after the build it checks.
 test: $(BIN)/.installed sandbox
@@ -112,7 +120,8 @@ set-repository: $(BIN)/.installed
 student: $(BIN)/.installed
 	$(BIN)/python -m course_lib.teaching.instructor student notebooks student
 
-# make grade SUBMISSIONS=course/submitted JOBS=2: graded/gradebook.csv and graded/feedback/<student>/<assignment>.html.
+# make grade SUBMISSIONS=course/submitted JOBS=2: graded/gradebook.csv, and graded/feedback/<student>/<assignment>.html
+# with the graded notebook (.ipynb) beside it.
 grade: $(BIN)/.installed $(if $(filter 1,$(UNSAFE)),,sandbox)
 	$(BIN)/python -m course_lib.teaching.instructor grade $(SUBMISSIONS) --release notebooks --out graded \
 		--jobs $(JOBS) $(if $(filter 1,$(UNSAFE)),--unsafe) \

@@ -17,6 +17,7 @@ dependencies, so they are imported inside the functions that need them.
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib
 import json
 import os
@@ -30,8 +31,8 @@ from pathlib import Path
 from typing import Callable
 
 from ..core.runtime import ON_GPU
-from .grading.gradebook import (Return, course_commit, feedback_page, feedback_path, find_returns, gradebook_csv,
-                                student_from_file_name, write_atomically)
+from .grading.gradebook import (Return, course_commit, exercise_column, feedback_page, feedback_path, find_returns,
+                                gradebook_csv, student_from_file_name, write_atomically)
 from .grading.sandbox import Sandbox, find_sandbox, run_limited
 
 SOLUTION_TAG = "solution"
@@ -408,6 +409,8 @@ class NotebookGrade:
     problem: str | None = None  # why grading could not run it all: unreadable, killed, kernel died, tampered
     student: str | None = None
     assignment: str | None = None  # nbgrader's assignment folder, or the released notebook's name
+    # The graded notebook handed back to the student (nbformat's JSON): feedback, not a verdict.
+    feedback_notebook: str | None = field(default=None, compare=False, repr=False)
 
     @property
     def passed(self) -> int:
@@ -597,11 +600,13 @@ def _processes_left(sandboxed: bool) -> list[str]:
     return left
 
 
-def run_graded(graded_path: Path, folder: Path, timeout: int, summary_path: Path, sandboxed: bool = False) -> None:
+def run_graded(graded_path: Path, folder: Path, timeout: int, summary_path: Path, executed_path: Path,
+               sandboxed: bool = False) -> None:
     """Execute a graded notebook from ``folder``, going on past errors, and write each
     cell's error (or None), why execution stopped early if it did, and (``sandboxed``) the
-    processes the notebook left running, to ``summary_path``. Runs in a process of its own,
-    killed at the grader's wall-clock limit."""
+    processes the notebook left running, to ``summary_path``; the notebook with its outputs to
+    ``executed_path`` (for the student's feedback). Runs in a process of its own, killed at the
+    grader's wall-clock limit."""
     nbformat = _import_instructor_dependency("nbformat")
     nbclient = _import_instructor_dependency("nbclient")
     notebook = nbformat.read(graded_path, as_version=4)
@@ -615,6 +620,7 @@ def run_graded(graded_path: Path, folder: Path, timeout: int, summary_path: Path
                "executed": [cell.get("execution_count") is not None for cell in notebook.cells],
                "left_running": _processes_left(sandboxed)}
     Path(summary_path).write_text(json.dumps(summary), encoding="utf-8")
+    nbformat.write(notebook, executed_path)
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
@@ -753,7 +759,7 @@ def _kernel_verdicts(return_sources: list[str], kernels: dict[str, tuple[str, st
         for entry in unjudged[:1] if killed else unjudged:  # killed: the answer it was judging
             answer = "kernel" if entry["kind"] == KERNEL_ANSWER else "answer"
             verdicts[entry["grade_id"]] = {"grade_id": entry["grade_id"], "passed": False,
-                                           "error": f"the {answer}'s own checking process {why} before its verdict"}
+                                           "error": f"the {answer}'s own checking process {why}, before its verdict"}
     return verdicts
 
 
@@ -773,14 +779,14 @@ def _run_return(graded, scratch: Path, package_copy: Path, sandbox: Sandbox, tim
     work, out = scratch / "work", scratch / "out"  # the kernel's folder; the checkers' results
     command, environment = sandbox.command(
         [sys.executable, "-m", "course_lib.teaching.instructor", "run-graded", str(graded_path), str(work),
-         str(out / SUMMARY_FILE), "--timeout", str(timeout), *(["--sandboxed"] if sandbox.executable else [])],
+         str(out / SUMMARY_FILE), str(out / EXECUTED_FILE), "--timeout", str(timeout), *(["--sandboxed"] if sandbox.executable else [])],
         read_only=[package_copy.parent, graded_path], writable=[work, out], cwd=work,
         environment={"PYTHONPATH": str(package_copy.parent)})
     return run_limited(command, notebook_timeout, scratch / "log.txt", environment=environment,
                        memory_limit=memory_limit, limit_name="the limit for one notebook")
 
 
-RESULTS_FILE, SUMMARY_FILE = "checkers.jsonl", "summary.json"
+RESULTS_FILE, SUMMARY_FILE, EXECUTED_FILE = "checkers.jsonl", "summary.json", "executed.ipynb"
 
 
 def grade_notebook(
@@ -840,6 +846,7 @@ def grade_notebook(
         (scratch / "work").mkdir()
         (scratch / "out").mkdir()
         results_path, summary_path = scratch / "out" / RESULTS_FILE, scratch / "out" / SUMMARY_FILE
+        executed_path = scratch / "out" / EXECUTED_FILE
         graded, return_index, in_return = _graded_notebook(notebook, released, seed, results_path, package_copy)
         exit_code, killed = _run_return(graded, scratch, package_copy, sandbox, timeout, notebook_timeout,
                                         memory_limit)
@@ -855,6 +862,7 @@ def grade_notebook(
             _read_summary(grade, json.loads(summary_path.read_text(encoding="utf-8")), return_index, results, repeated)
         results.update(verdicts)  # a kernel's or PyTorch answer's verdict comes from its own process, whatever
         # the notebook wrote
+        outputs = _executed_outputs(executed_path, len(graded.cells))
     refused = [f"cell {cell.cell_index}: {cell.error}" for cell in grade.errored_cells
                if any(refusal in cell.error for refusal in (*SANDBOX_REFUSALS, *map(str, grader_paths)))]
     if refused and not grade.problem:
@@ -875,7 +883,53 @@ def grade_notebook(
         message = result.get("message") if result is not None and not in_return[checker.grade_id] == MISSING else None
         grade.checkers.append(CheckerResult(checker.grade_id, checker.label, passed, error,
                                             in_return[checker.grade_id], message or error))
+    grade.feedback_notebook = _feedback_notebook(graded, outputs, released, grade)
     return grade
+
+
+FEEDBACK_NOTEBOOK_LIMIT = 64 * 2**20  # bytes: a return that printed more is handed back without its outputs
+
+
+def _executed_outputs(executed_path: Path, cell_count: int) -> list | None:
+    """Each graded cell's outputs from the return's run, read once its sandbox is gone; None when
+    the run left no readable notebook of those cells (killed, too large, or replaced by the return)."""
+    nbformat = _import_instructor_dependency("nbformat")
+    if (executed_path.is_symlink() or not executed_path.is_file()
+            or executed_path.stat().st_size > FEEDBACK_NOTEBOOK_LIMIT):
+        return None
+    try:
+        executed = nbformat.read(executed_path, as_version=4)
+        nbformat.validate(executed)
+    except Exception:  # whatever the return left there, it is only feedback
+        return None
+    if len(executed.cells) != cell_count:
+        return None
+    return [cell.get("outputs", []) for cell in executed.cells]
+
+
+def _feedback_notebook(graded, outputs: list | None, released: ReleasedNotebook, grade: NotebookGrade) -> str:
+    """The graded notebook, as nbgrader hands back its own: the return's cells with this run's
+    outputs (``outputs``; None: none), each checker cell showing the release's source rather than
+    the grader's call, after a first cell with the score and each checker's verdict. Those are the
+    verdicts that count: a cell may have printed a pass that the answer's own process refused."""
+    nbformat = _import_instructor_dependency("nbformat")
+    nbformat_v4 = _import_instructor_dependency("nbformat.v4")
+    sources = {checker.grade_id: checker.source for checker in released.checkers}
+    # Indented lines: text from the return (an error message) stays text, not markdown.
+    verdicts = [f"    {exercise_column(checker.grade_id)} {checker.label}: "
+                + ("passed" if checker.passed else f"failed: {checker.error}") for checker in grade.checkers]
+    problem = [f"**Problem:** {grade.problem}", ""] if grade.problem else []
+    summary = nbformat_v4.new_markdown_cell("\n".join([f"# Graded: {grade.score}", "", *problem, *verdicts]))
+    cells = [summary]
+    for cell, cell_outputs in zip(graded.cells, outputs or [[]] * len(graded.cells)):
+        cell = copy.deepcopy(cell)
+        grade_id = cell.metadata.pop(CHECKER_ID_KEY, None)
+        if grade_id in sources:
+            cell.source = sources[grade_id]
+        if cell.cell_type == "code":
+            cell.outputs = cell_outputs
+        cells.append(cell)
+    return nbformat.writes(nbformat_v4.new_notebook(cells=cells, metadata=graded.metadata))
 
 
 def _read_summary(grade: NotebookGrade, summary: dict, return_index: list, results: dict, repeated: list) -> None:
@@ -1005,12 +1059,16 @@ GRADEBOOK_FILE = "gradebook.csv"
 
 def write_gradebook(grades: list[NotebookGrade], out_dir: str | Path, seed: int | None,
                     commit: str | None = None) -> Path:
-    """``out_dir/gradebook.csv`` (:func:`gradebook_csv`) and a feedback page per student and
-    assignment (``out_dir/feedback/<student>/<assignment>.html``), each written atomically."""
+    """``out_dir/gradebook.csv`` (:func:`gradebook_csv`) and, per student and assignment, a feedback
+    page (``out_dir/feedback/<student>/<assignment>.html``) and the graded notebook beside it
+    (``.ipynb``, where the return was run), each written atomically."""
     out_dir = Path(out_dir)
     commit = commit or course_commit(PACKAGE_DIR.parent)
     for grade in grades:
-        write_atomically(feedback_path(out_dir, grade), feedback_page(grade, seed, commit))
+        page = feedback_path(out_dir, grade)
+        write_atomically(page, feedback_page(grade, seed, commit))
+        if grade.feedback_notebook is not None:
+            write_atomically(page.with_suffix(".ipynb"), grade.feedback_notebook)
     return write_atomically(out_dir / GRADEBOOK_FILE, gradebook_csv(grades, seed, commit))
 
 
@@ -1074,8 +1132,9 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     grade.add_argument(
         "--out", metavar="DIR",
-        help=f"also write DIR/{GRADEBOOK_FILE} (a row per student and assignment) and DIR/feedback/<student>/"
-             "<assignment>.html, rewritten as each return is graded; DIR must not be inside SUBMISSIONS_DIR",
+        help=f"also write DIR/{GRADEBOOK_FILE} (a row per student and assignment), DIR/feedback/<student>/"
+             "<assignment>.html and the graded notebook beside it (.ipynb), rewritten as each return is graded; "
+             "DIR must not be inside SUBMISSIONS_DIR",
     )
     grade.add_argument("--jobs", metavar="N", type=int, default=1, help="returns graded at once (default 1)")
     grade.add_argument("--unsafe", action="store_true",
@@ -1112,6 +1171,7 @@ def _build_parser() -> argparse.ArgumentParser:
     run_graded_command.add_argument("graded_path", type=Path)
     run_graded_command.add_argument("folder", type=Path)
     run_graded_command.add_argument("summary_path", type=Path)
+    run_graded_command.add_argument("executed_path", type=Path)
     run_graded_command.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT)
     run_graded_command.add_argument("--sandboxed", action="store_true")
     execute = commands.add_parser(
@@ -1177,7 +1237,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"stamped {path}")
         elif arguments.command == "run-graded":
             run_graded(arguments.graded_path, arguments.folder, arguments.timeout, arguments.summary_path,
-                       arguments.sandboxed)
+                       arguments.executed_path, arguments.sandboxed)
         else:
             _grade_command(arguments)
     except (ImportError, OSError, ValueError, RuntimeError) as error:  # SandboxUnavailable too

@@ -286,45 +286,7 @@ def report_throughput(name, run, n_flops, *, against, share=0.8, advice=""):
     return ratio
 
 
-# --------------------------------------------------------------- checks past the listed cases
-
-BEYOND_CASES_HINT = ("this case lies past the cases listed above (more rows or columns than any of them, or "
-                     "scores far from 0): the kernel must compute every element the same way whatever the size, "
-                     "the program id or the values; does it branch on n_rows, n_cols or the program id, or start "
-                     "a running value at a number that is not neutral?")
-PREFILLED_HINT = ("right when the outputs start as NaN, wrong when they start as other values (random ones, "
-                  "different at each run): the result depends on what the outputs held before the launch. "
-                  "Write every element of every output, unconditionally, and never read an output back")
-
-
-def without_mask_lines(message):
-    """``message`` without compare's hints about masks: past the listed cases a mask is not
-    what went wrong (the listed cases end inside a tile already)."""
-    return "\n".join(line for line in str(message).split("\n") if "check the mask" not in line)
-
-
-def beyond_cases_runs(name, what, launch, kernel, args, verify, fresh_out, hint=None):
-    """A case checked after the printed ones (it does not change their line): run as
-    kernel_runs does, outputs as the launcher makes them (NaN), then once more with the
-    outputs pre-filled by ``fresh_out()`` (made anew for each run: random values the kernel
-    cannot tell from real ones). ``verify(label, got)`` raises ExerciseError when ``got`` is
-    wrong; ``hint(got)`` may name the mistake (else a hint about sizes is added)."""
-    for how, got in kernel_runs(name, launch, kernel, *args):
-        try:
-            verify(f"{name}, {what}" + (f", {how}" if how else ""), got)
-        except ExerciseError as error:
-            named = hint(got) if hint else None
-            raise ExerciseError(f"{without_mask_lines(error)}\n  hint: {named or BEYOND_CASES_HINT}") from None
-
-    def prefilled(kernel, *args):
-        return launch(kernel, *args, out=fresh_out())
-
-    for how, got in kernel_runs(name, prefilled, kernel, *args):
-        try:
-            verify(f"{name}, {what}, outputs filled with random values before the launch"
-                   + (f", {how}" if how else ""), got)
-        except ExerciseError as error:
-            raise ExerciseError(f"{without_mask_lines(error)}\n  hint: {PREFILLED_HINT}") from None
+# --------------------------------------------------------------- what a kernel read
 
 
 def recorded_run(name, launch, kernel, *args):

@@ -609,6 +609,31 @@ def test_a_checker_past_the_cell_timeout_fails_saying_so(tmp_path):
     assert grade.checkers[0].error == "interrupted: the checker ran past the time a cell may take (--timeout)"
 
 
+def test_a_pytorch_answer_that_hangs_costs_only_its_own_verdict(tmp_path):
+    """Three PyTorch exercises, the middle answer looping forever: in the notebook its checker
+    cell is interrupted at the cell's limit, and in the checking process the answer is stopped
+    at the limit for one answer; the answers before and after it keep their passes."""
+    def grads_answer(name, body):
+        return f"def {name}(x, w, g):\n    # BEGIN SOLUTION\n{body}\n    # END SOLUTION"
+
+    answers = {"1.1": ("before", f"    return {GRADS_FORMULA}"), "1.2": ("hangs", "    while True:\n        x = x + 0"),
+               "1.3": ("after", f"    return {GRADS_FORMULA}")}
+    release = write_notebook(tmp_path / "release" / "lesson.ipynb", [
+        new_code_cell("from course_lib.teaching import exercises\nimport torch"),
+        *(cell for number, (name, body) in answers.items()
+          for cell in exercise(number, grads_answer(name, body), f"exercises.check_weighted_sum_grads({name})")),
+    ])
+    stamp_exercise_metadata([release])
+
+    path = returned(release, tmp_path / "returned", "hangs.ipynb", solved=True)
+    grade = grade_one(tmp_path, path, seed=5, timeout=20)
+    assert grade.score == "2/3" and grade.problem is None, format_table([grade])
+    before, hangs, after = grade.checkers
+    assert before.passed and after.passed, format_table([grade])
+    assert hangs.error == ("the answer's own checking process stopped after 20 s, the limit for one answer, "
+                           "before its verdict"), hangs
+
+
 def test_a_notebook_that_ignores_interrupts_is_killed_at_its_wall_clock_limit(tmp_path):
     release = write_release(tmp_path / "release")
 
@@ -778,6 +803,12 @@ def test_cli_makes_student_copies_and_grades_them(tmp_path):
     assert [row[:8] for row in rows[1:]] == [["bob", "lesson", "bob_lesson.ipynb", "0", "0", "1", "", "7"],
                                             ["instructor", "lesson", "instructor.ipynb", "1", "1", "1", "", "7"]]
     assert "ValueError: x is wrong" in (tmp_path / "graded" / "feedback" / "bob" / "lesson.html").read_text()
+    # Beside the page, the graded notebook: this run's outputs, the release's checker source.
+    kept = nbformat.read(tmp_path / "graded" / "feedback" / "bob" / "lesson.ipynb", as_version=4)
+    assert kept.cells[0].source.splitlines()[0] == "# Graded: 0/1"
+    (checker,) = [cell for cell in kept.cells if "checker" in cell.metadata.get("tags", [])]
+    assert checker.source == "check_x(answer())"
+    assert [output.get("evalue") for output in checker.outputs] == ["x is wrong"], checker.outputs
 
 
 @pytest.mark.parametrize("make_folder", [False, True], ids=["missing folder", "no notebooks"])

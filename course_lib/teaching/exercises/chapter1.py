@@ -5,10 +5,10 @@ import torch
 import triton
 
 from ...core import references
-from ...core.runtime import DEVICE
+from ...core.runtime import DEVICE, ON_GPU
 from ..checking import ExerciseError, compare, run_student_code, without_autograd
-from ..student_kernels import beyond_cases_runs, kernel_runs, report_speed, require_kernel, run_interpreted
-from .common import Exercise, hidden_case, matches, random_size, say
+from ..student_kernels import kernel_runs, report_speed, require_kernel, run_interpreted
+from .common import Exercise, beyond_cases_runs, hidden_case, matches, random_fill, random_size, say
 
 __all__ = ["launch_scale_columns", "check_scale_columns", "check_weighted_sum_grads", "launch_column_sum",
            "check_column_sum"]
@@ -55,9 +55,9 @@ def check_scale_columns(scale_columns_kernel):
         expected = x.double() * w.double()
         beyond_cases_runs(name, what, launch_scale_columns, kernel, (x, w),
                           lambda label, got: compare(label, got, expected, rtol=1e-6, atol=1e-6),
-                          lambda: torch.randn(x.shape, device=DEVICE))
+                          lambda: random_fill(x.shape, DEVICE))
     say(f"{name.split(' (')[0]} passed: {len(inputs)} shapes, including a transposed x.")
-    x = torch.randn(8192, 4096, device=DEVICE) if DEVICE != "cpu" else None
+    x = torch.randn(8192, 4096, device=DEVICE) if ON_GPU else None
     w, out = (torch.randn(4096, device=DEVICE), torch.empty_like(x)) if x is not None else (None, None)
     report_speed(name, lambda: launch_scale_columns(kernel, x, w, out, 32, 128), 2 * 8192 * 4096 * 4,
                  against=("torch's x * w", lambda: torch.mul(x, w, out=out)),
@@ -197,7 +197,7 @@ def check_column_sum(column_sum_kernel):
                           lambda label, got: compare(label, got, expected, **tolerance),
                           lambda: torch.randn(partial.shape[1], device=DEVICE) * partial.shape[0] ** 0.5)
     say(f"Exercise 1.3 passed: {len(inputs)} shapes, from a single element to 1000 rows, and a transposed partial.")
-    partial = torch.randn(2048, 32768, device=DEVICE) if DEVICE != "cpu" else None
+    partial = torch.randn(2048, 32768, device=DEVICE) if ON_GPU else None
     out = torch.empty(32768, device=DEVICE) if partial is not None else None
     report_speed(name, lambda: launch_column_sum(kernel, partial, out, 32, 64), (2048 + 1) * 32768 * 4,
                  against=("torch's partial.sum(0)", lambda: torch.sum(partial, 0, out=out)),

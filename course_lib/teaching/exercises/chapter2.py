@@ -6,11 +6,10 @@ import torch
 import triton
 
 from ...core import references
-from ...core.runtime import DEVICE
+from ...core.runtime import DEVICE, ON_GPU
 from ..checking import ExerciseError, compare
-from ..student_kernels import (beyond_cases_runs, element_loads, kernel_runs, recorded_run, report_speed,
-                               require_kernel)
-from .common import Exercise, hidden_case, matches, random_size, say
+from ..student_kernels import element_loads, kernel_runs, recorded_run, report_speed, require_kernel
+from .common import Exercise, beyond_cases_runs, hidden_case, matches, random_size, say
 
 __all__ = ["launch_softmax_rows", "check_softmax_rows", "launch_causal_softmax", "check_causal_softmax",
            "launch_online_softmax", "check_online_softmax"]
@@ -39,7 +38,7 @@ def _checked_runs(name, what, launch, kernel, args, expected, hint, show_picture
 
 
 def _beyond_cases(name, what, launch, kernel, x, expected, fresh_out, hint=None):
-    """A case past the listed ones (see student_kernels.beyond_cases_runs), compared as they are."""
+    """A case past the listed ones (see common.beyond_cases_runs), compared as they are."""
     def verify(label, got):
         compare(label, got, expected, rtol=1e-5, atol=1e-6)
 
@@ -75,7 +74,7 @@ def _far_from_zero(shape, centre):
 
 def _speed_input(*shape):
     """A float32 input of ``shape`` on the GPU for the speed feedback, or None without one."""
-    return torch.randn(shape, device=DEVICE) if DEVICE != "cpu" else None
+    return torch.randn(shape, device=DEVICE) if ON_GPU else None
 
 
 # -------------------------------------------------------------------- 2.1 several rows a program

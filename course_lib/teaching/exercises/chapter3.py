@@ -8,9 +8,9 @@ import triton
 from ...core import references
 from ...core.runtime import DEVICE, ON_GPU, multiprocessor_count
 from ..checking import ExerciseError, compare, run_student_code, without_autograd
-from ..student_kernels import beyond_cases_runs, kernel_runs, report_speed, require_kernel, run_interpreted
+from ..student_kernels import kernel_runs, report_speed, require_kernel, run_interpreted
 from .chapter1 import python_error_in_words
-from .common import Exercise, hidden_case, matches, random_size, without_mask_hints, say
+from .common import Exercise, beyond_cases_runs, hidden_case, matches, random_size, without_mask_hints, say
 
 __all__ = ["launch_layernorm_rows", "check_layernorm_rows", "check_layernorm_dx",
            "launch_column_partial_sums", "check_column_partial_sums",

@@ -7,11 +7,11 @@ import torch
 import triton
 
 from ...core import references
-from ...core.runtime import DEVICE
+from ...core.runtime import DEVICE, ON_GPU
 from ..checking import ExerciseError, compare, run_student_code
 from ..student_kernels import kernel_runs, report_speed, require_kernel
 from .common import (KEPT_FILL_HINT, Exercise, Prefilled, hidden_case, matches, random_fill, random_matrix, random_size,
-                     say, without_mask_hints)
+                     say, without_layout_hints)
 
 __all__ = ["check_routing_weights", "launch_row_logsumexp_of_min", "check_row_logsumexp_of_min",
            "launch_coor_descent_row", "check_coor_descent_row"]
@@ -37,6 +37,73 @@ _ROUTING_ERRORS = (
     ("not broadcastable", "a has one value a row, of shape (...), and s one more axis: give a a last axis of "
      "length 1 (a[..., None]) so that it broadcasts along each row of s"),
 )
+
+
+def _routing_weights_hint(got, expected, a, s, eps, mask):
+    """The usual mistake behind wrong routing weights, or None."""
+    if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+        return None
+    got64 = got.detach().to("cpu", torch.float64)
+    wrong = ~torch.isclose(got64, expected, rtol=1e-9, atol=1e-12)
+    finite = got64.isfinite()
+    exponent = (s + a[..., None]) / eps
+    # exp is inf in float64 past 709; a value that undoes it afterwards gives NaN (inf * 0) or inf there
+    if not (got64[finite] > 1 + 1e-9).any() and (wrong & ~finite & (exponent > 709)).any():
+        return ("y is NaN or inf where (s + a) / eps lies far above 0: exp((s + a) / eps) is inf there (float64's "
+                "exp overflows past 709), and whatever undoes it afterwards (times exp(-relu(s + a) / eps), "
+                "divided by another inf) gives NaN or inf; take the minimum with 0 before the exponential")
+    if (got64 > 1 + 1e-9).any():
+        return ("y = exp(min(s + a, 0) / eps) never exceeds 1: take the minimum with 0 "
+                "(that is what b = -relu(s + a) does)")
+    if mask is not None and not (wrong & mask).any():
+        if got64[~mask].isnan().any():
+            return ("only masked positions are wrong, and they are NaN: the scores there may hold anything, and "
+                    "NaN * 0 is NaN, so multiplying by the mask is not enough; use torch.where(mask, y, 0.0) or "
+                    "y.masked_fill(~mask, 0.0)")
+        return "only masked positions are wrong: y must be exactly 0 where mask is False"
+    return None
+
+
+def _check_routing_case(name, routing_weights, a, s, eps, mask, what, past_listed=False):
+    """Exercise 4.1 on one case: the weights compared with the reference, the mistake named."""
+    with torch.no_grad():
+        got = run_student_code(name, routing_weights, a.clone(), s.clone(), eps,
+                               None if mask is None else mask.clone(), explain=_ROUTING_ERRORS)
+    expected = _routing_reference64(a, s, eps, mask)
+    try:
+        compare(what, got, expected, rtol=1e-9, atol=1e-12, show_picture=s.ndim == 2,
+                outputs_start_as_nan=False)  # the function makes its own output
+    except ExerciseError as error:
+        hint = _routing_weights_hint(got, expected, a, s, eps, mask)
+        if hint is None and past_listed:
+            hint = ("this case lies past the cases listed above (more rows or scores than any of them, or scores "
+                    "far from 0): y comes from the same formula whatever the shape or the values; does the "
+                    "function branch on the size of s or on its values?")
+        raise ExerciseError(without_layout_hints(error) + (f"\n  hint: {hint}" if hint else "")) from None
+
+
+def _routing_cases_past_listed():
+    """(a, s, eps, mask, what): scores far below and far above 0, with s + a far from 0 on either
+    side, and sizes past the listed cases', a fully masked row among them."""
+    mixed = torch.randn(6, 40, dtype=torch.float64) * 3
+    mixed[::2] -= 200
+    mixed[1::2] += 200
+    high = torch.randn(5, 30, dtype=torch.float64) * 2 + 150
+    low = torch.randn(5, 30, dtype=torch.float64) * 2 - 150
+    many = torch.randn(300, 3, dtype=torch.float64)
+    long = torch.randn(2, 3000, dtype=torch.float64) * 4 + 100
+    long_mask = torch.rand(2, 3000) < 0.5
+    long_mask[1] = False
+    batched = torch.randn(2, 3, 4, 50, dtype=torch.float64) * 50
+    return [
+        (-mixed.quantile(0.6, dim=-1), mixed, 0.004, None, "rows near -200 and near +200, -a among the scores"),
+        (-high.amin(dim=-1) + 40, high, 0.02, None, "scores near +150, s + a far above 0 (y = 1 everywhere)"),
+        (-low.amax(dim=-1) - 40, low, 0.5, None, "scores near -150, s + a far below 0"),
+        (-many.median(dim=-1).values, many, 0.1, None, "300 rows of 3 scores"),
+        (-long.quantile(0.9, dim=-1), long.masked_fill(~long_mask, float("nan")), 0.05, long_mask,
+         "2 rows of 3000 scores near +100, NaN under the mask, the second row fully masked"),
+        (-batched.median(dim=-1).values, batched, 0.05, batched > 0, "a of shape (2, 3, 4), scores of spread 50"),
+    ]
 
 
 def check_routing_weights(routing_weights):
@@ -66,29 +133,13 @@ def check_routing_weights(routing_weights):
     cases += hidden_case(lambda: (lambda s: (-s.quantile(0.7, dim=-1), s, 0.1, s > s.median(),
                                          "random rows, masked"))(random_matrix(8, 60)))
     for a, s, eps, m, kind in cases:
-        what = f"{name}, s of shape {tuple(s.shape)}, eps = {eps:g}, {kind}"
-        with torch.no_grad():
-            got = run_student_code(name, routing_weights, a.clone(), s.clone(), eps,
-                                   None if m is None else m.clone(), explain=_ROUTING_ERRORS)
-        expected = _routing_reference64(a, s, eps, m)
-        try:
-            compare(what, got, expected, rtol=1e-9, atol=1e-12, show_picture=s.ndim == 2)
-        except ExerciseError as error:
-            hint = None
-            if isinstance(got, torch.Tensor) and got.shape == expected.shape:
-                got64 = got.detach().to("cpu", torch.float64)
-                wrong = ~torch.isclose(got64, expected, rtol=1e-9, atol=1e-12)
-                if (got64 > 1 + 1e-9).any():
-                    hint = ("y = exp(min(s + a, 0) / eps) never exceeds 1: take the minimum with 0 "
-                            "(that is what b = -relu(s + a) does)")
-                elif m is not None and not (wrong & m).any():
-                    if got64[~m].isnan().any():
-                        hint = ("only masked positions are wrong, and they are NaN: the scores there may hold "
-                                "anything, and NaN * 0 is NaN, so multiplying by the mask is not enough; use "
-                                "torch.where(mask, y, 0.0) or y.masked_fill(~mask, 0.0)")
-                    else:
-                        hint = "only masked positions are wrong: y must be exactly 0 where mask is False"
-            raise ExerciseError(without_mask_hints(error) + (f"\n  hint: {hint}" if hint else "")) from None
+        _check_routing_case(name, routing_weights, a, s, eps, m,
+                            f"{name}, s of shape {tuple(s.shape)}, eps = {eps:g}, {kind}")
+    # Not counted in the line below (what a student saw printed): scores far from 0, s + a far from 0
+    # on both sides, and sizes past the listed ones.
+    for a, s, eps, m, kind in _routing_cases_past_listed():
+        _check_routing_case(name, routing_weights, a, s, eps, m,
+                            f"{name}, s of shape {tuple(s.shape)}, eps = {eps:g}, {kind}", past_listed=True)
     say(f"Exercise 4.1 passed: {len(cases)} cases, with and without masks, NaN under the mask, "
           "y clipped at 1 and batched rows.")
 
@@ -254,7 +305,7 @@ def check_row_logsumexp_of_min(row_logsumexp_of_min_kernel):
                 raise ExerciseError(str(error) + (f"\n  hint: {hint}" if hint else "")) from None
     say(f"Exercise 4.2 passed: {len(inputs)} cases, widths 1 to 100, scores up to ±1e3, "
           "-a below every score, a sliced and a transposed s.")
-    s = torch.randn(16384, 4096, device=DEVICE) if DEVICE != "cpu" else None
+    s = torch.randn(16384, 4096, device=DEVICE) if ON_GPU else None
     if s is not None:
         a, out = -s.median(dim=-1).values, torch.empty(16384, device=DEVICE)
     report_speed(name, lambda: launch_row_logsumexp_of_min(kernel, s, a, 0.1, out), 16384 * 4096 * 4 + 2 * 16384 * 4,
@@ -475,7 +526,7 @@ def check_coor_descent_row(coor_descent_row_kernel):
                 raise ExerciseError(str(error) + (f"\n  hint: {hint}" if hint else "")) from None
     say(f"{name.split(' (')[0]} passed: {len(cases)} cases, rows of 1 to 100 scores, 1 to 20 iterations, "
           "fixed and falling ε, scores up to ±20, a sliced and a transposed s.")
-    s = torch.randn(16384, 1024, device=DEVICE) if DEVICE != "cpu" else None
+    s = torch.randn(16384, 1024, device=DEVICE) if ON_GPU else None
     out = torch.empty_like(s) if s is not None else None
     from ...kernels.coor_descent_op import coor_descent
 

@@ -236,7 +236,7 @@ def check_scale_columns_backward(scale_columns_backward_kernel):
                     raise ExerciseError(str(error) + (f"\n  hint: {hint}" if hint else "")) from None
     say(f"{name.split(' (')[0]} passed: {len(cases)} cases, including transposed x and grad_y, a strided w, "
           "an expanded grad_y and other block sizes.")
-    big = DEVICE != "cpu"
+    big = ON_GPU
     x, grad_y = (torch.randn(8192, 4096, device=DEVICE) for _ in range(2)) if big else (None, None)
     w = torch.randn(4096, device=DEVICE) if big else None
     out = (torch.empty_like(x), torch.empty(8192 // 256, 4096, device=DEVICE)) if big else None

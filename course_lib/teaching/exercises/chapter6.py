@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 import triton
 
-from ...core.runtime import DEVICE
+from ...core.runtime import DEVICE, ON_GPU
 from ..checking import ExerciseError, compare
 from ..student_kernels import kernel_runs, recorded_run, report_throughput, require_kernel
 from .common import KEPT_FILL_HINT, Exercise, Prefilled, hidden_case, matches, random_fill, random_size, say
@@ -212,7 +212,7 @@ def _check_matmul_like(name, launch, kernel, visible, extra_hint=lambda got, a, 
 
 def _speed_of_a_product(name, run_kernel, size, advice, share):
     """Speed feedback at size³ against torch.matmul (cuBLAS) on the same bfloat16 inputs."""
-    if DEVICE == "cpu":
+    if not ON_GPU:
         a = b = out = None
     else:
         a, b = _bf16(size, size), _bf16(size, size)
@@ -413,7 +413,7 @@ def check_matmul_bias_gelu(matmul_bias_gelu_kernel):
                 raise _with_hint(error, hint) from None
     say(f"{name.split(' (')[0]} passed: {len(shapes)} products with their bias and GELU, one of them square.")
     size = 4096
-    if DEVICE == "cpu":
+    if not ON_GPU:
         a = b = bias = out = None
     else:
         a, b, bias = _bf16(size, size), _bf16(size, size), _bf16(size)
@@ -489,7 +489,7 @@ def check_batched_matmul(batched_matmul_kernel):
             raise _with_hint(error, KEPT_FILL_HINT if keeps else None) from None
     say(f"{name.split(' (')[0]} passed: {len(cases)} batches, one b broadcast with batch stride 0, a sliced a.")
     batch, size = 16, 2048
-    if DEVICE == "cpu":
+    if not ON_GPU:
         a = b = out = None
     else:
         a, b = _bf16(batch, size, size), _bf16(batch, size, size)

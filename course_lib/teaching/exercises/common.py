@@ -4,14 +4,19 @@ The grader switches hidden sizes on in its own fresh copy of the package
 (``fresh_checker.run_checker``, through :func:`set_hidden_sizes`): each checker then adds a
 case of random size, drawn from the hidden seed, to the sizes a student saw, so that an
 answer that works only at those sizes fails too.
+
+Past the cases a student saw, :func:`beyond_cases_runs` runs a case again with the outputs
+filled beforehand (:class:`Prefilled`): an answer that reads its output to decide what to
+write is right only while the output starts as NaN.
 """
 
 import dataclasses
 
 import torch
 
-from ..checking import run_student_code
+from ..checking import ExerciseError, run_student_code
 from ..notebook import fit_text
+from ..student_kernels import kernel_runs
 
 HIDDEN_SIZES = False
 
@@ -50,6 +55,13 @@ def run_quietly(name, fn, *args):
 def without_mask_hints(error):
     """compare's hints about masks, dropped for answers written in PyTorch, which have none."""
     return "\n".join(line for line in str(error).split("\n") if "check the mask" not in line)
+
+
+def without_layout_hints(error):
+    """compare's hints about masks and strides, dropped for answers written in PyTorch, which
+    index no memory themselves."""
+    return "\n".join(line for line in without_mask_hints(error).split("\n")
+                     if "whose address does not depend" not in line)
 
 
 def matches(got, expected, rtol=1e-9, atol=1e-9):
@@ -102,6 +114,23 @@ class Prefilled:
         wrong = ~torch.isclose(got64, expected64, rtol=rtol, atol=atol, equal_nan=True)
         return bool(wrong.any() and torch.isclose(got64[wrong], fill64[wrong], rtol=0, atol=0).all())
 
+    def kept_some_fill(self, got, expected, rtol=1e-5, atol=1e-5):
+        """kept_fill for a launcher of one output or of several (a tuple, in the order of the
+        fills, so that outputs of one shape are told apart): whether the wrong elements of one
+        of them hold what it held before the launch."""
+        if not isinstance(got, tuple):
+            return self.kept_fill(got, expected, rtol, atol)
+        if not self.fills or not isinstance(expected, tuple):
+            return False
+
+        def alone(fill):  # the same launcher, its last fill this output's only
+            single = Prefilled(self.launch, self.make_outputs)
+            single.fills.append(fill)
+            return single
+
+        return any(alone(fill).kept_fill(output, right, rtol, atol)
+                   for fill, output, right in zip(self.fills[-1], got, expected))
+
 
 KEPT_FILL_HINT = ("the wrong elements still hold what the output held before the launch (here random values, "
                   "not NaN): write every element of the output, whatever it holds; a kernel must not read its "
@@ -111,3 +140,36 @@ KEPT_FILL_HINT = ("the wrong elements still hold what the output held before the
 def random_fill(shape, device, dtype=torch.float32):
     """Values an output may hold before the launch, indistinguishable from real ones."""
     return torch.randn(shape, device=device, dtype=dtype)
+
+
+# --------------------------------------------------------------- checks past the listed cases
+
+BEYOND_CASES_HINT = ("this case lies past the cases listed above (more rows or columns than any of them, or "
+                     "scores far from 0): the kernel must compute every element the same way whatever the size, "
+                     "the program id or the values; does it branch on n_rows, n_cols or the program id, or start "
+                     "a running value at a number that is not neutral?")
+
+
+def beyond_cases_runs(name, what, launch, kernel, args, verify, fresh_out, hint=None):
+    """A case checked after the printed ones (it does not change their line): run as
+    kernel_runs does, outputs as the launcher makes them (NaN), then once more through
+    :class:`Prefilled`, the outputs filled by ``fresh_out()`` (random values the kernel cannot
+    tell from real ones). ``verify(label, got)`` raises ExerciseError when ``got`` is wrong;
+    ``hint(got)`` may name the mistake of the first runs (else a hint about sizes is added)."""
+    right = {}
+    for how, got in kernel_runs(name, launch, kernel, *args):
+        try:
+            verify(f"{name}, {what}" + (f", {how}" if how else ""), got)
+        except ExerciseError as error:
+            named = hint(got) if hint else None
+            raise ExerciseError(f"{without_mask_hints(error)}\n  hint: {named or BEYOND_CASES_HINT}") from None
+        right[how] = got
+    prefilled = Prefilled(launch, lambda *_: fresh_out())
+    for how, got in kernel_runs(name, prefilled, kernel, *args):
+        try:
+            verify(f"{name}, {what}, outputs filled with random values before the launch (right when they start "
+                   "as NaN)" + (f", {how}" if how else ""), got)
+        except ExerciseError as error:
+            # the run with NaN outputs was right, so right[how] tells the elements this run got wrong
+            kept = prefilled.kept_some_fill(got, right[how])
+            raise ExerciseError(without_mask_hints(error) + (f"\n  hint: {KEPT_FILL_HINT}" if kept else "")) from None

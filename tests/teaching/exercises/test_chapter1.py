@@ -146,14 +146,27 @@ STORE_1_1 = "tl.store(out_ptr + rows[:, None] * stride_out_row + cols[None, :], 
     ({"x * w[None, :]": "tl.where(n_rows > 100, 0.0, x * w[None, :])"}, "past the cases listed"),
     ({"x * w[None, :]": "tl.where(n_cols > 200, 0.0, x * w[None, :])"}, "past the cases listed"),
     ({"x * w[None, :]": "tl.where(tl.program_id(0) > 64, 0.0, x * w[None, :])"}, "past the cases listed"),
-    # right values only where the output was filled with NaN
+    # right values only where the output was filled with NaN, the rest left as it was
     ({STORE_1_1: "old = tl.load(out_ptr + rows[:, None] * stride_out_row + cols[None, :], mask=mask)\n"
                  "    tl.store(out_ptr + rows[:, None] * stride_out_row + cols[None, :],"
-                 " tl.where(old != old, x * w[None, :], 0.0), mask=mask)"}, "right when the outputs start as NaN"),
+                 " tl.where(old != old, x * w[None, :], old), mask=mask)"},
+     "still hold what the output held before the launch"),
 ])
 def test_scale_columns_past_the_listed_cases(mistake, message):
     with pytest.raises(ExerciseError, match=message):
         exercises.check_scale_columns(_scale_columns(mistake))
+
+
+def test_an_answer_that_reads_its_output_is_refused_for_what_it_read():
+    """Zeros where the output did not hold NaN: refused on the filled outputs, and not said to
+    have kept them (it did not)."""
+    reads_its_output = {STORE_1_1: "old = tl.load(out_ptr + rows[:, None] * stride_out_row + cols[None, :], mask=mask)\n"
+                                   "    tl.store(out_ptr + rows[:, None] * stride_out_row + cols[None, :],"
+                                   " tl.where(old != old, x * w[None, :], 0.0), mask=mask)"}
+    with pytest.raises(ExerciseError, match=r"outputs filled with random values before the launch \(right when "
+                                            r"they start as NaN\)") as raised:
+        exercises.check_scale_columns(_scale_columns(reads_its_output))
+    assert "hint" not in str(raised.value)
 
 
 @pytest.mark.parametrize("mistake, message", [
@@ -161,7 +174,8 @@ def test_scale_columns_past_the_listed_cases(mistake, message):
       "tl.store(out_ptr + cols, tl.where(n_rows > 1000, 0.0, acc), mask=col_mask)"}, "past the cases listed"),
     ({"tl.store(out_ptr + cols, acc, mask=col_mask)":
       "old = tl.load(out_ptr + cols, mask=col_mask)\n"
-      "    tl.store(out_ptr + cols, tl.where(old != old, acc, 0.0), mask=col_mask)"}, "right when the outputs start"),
+      "    tl.store(out_ptr + cols, acc, mask=col_mask & (old != old))"},
+     "still hold what the output held before the launch"),
 ])
 def test_column_sum_past_the_listed_cases(mistake, message):
     with pytest.raises(ExerciseError, match=message):

@@ -37,7 +37,7 @@ def test_what_is_not_a_kernel_is_refused(checker, answer, message):
 
 @pytest.mark.parametrize("mistake, message", [
     ({"(cols < n_cols)[None, :]": "(cols <= n_cols)[None, :]"}, "out of bounds"),  # reads one past each row
-    ({"tl.exp(x - tl.max(x, axis=1)[:, None])": "tl.exp(x)"}, "exp overflows"),  # no max subtracted: inf / inf
+    ({"tl.exp(x - tl.max(x, axis=1)[:, None])": "tl.exp(x)"}, r"hint: exp\(x\) overflows float32"),  # no max subtracted: inf / inf
     ({'other=float("-inf")': "other=0.0"}, "count in the sum as exp"),  # padding counted as exp(0)
     ({"tl.max(x, axis=1)[:, None]": "tl.max(x, axis=0)[None, :]",
       "tl.sum(numerator, axis=1)[:, None]": "tl.sum(numerator, axis=0)[None, :]"}, "reduce along axis=1"),
@@ -84,12 +84,12 @@ def test_online_softmax_names_the_mistake(mistake, message):
 
 ONLY_WHERE_NAN = {"tl.store(y_ptr + rows[:, None] * stride_y_row + cols[None, :], y, mask=mask)":
                   "old = tl.load(y_ptr + rows[:, None] * stride_y_row + cols[None, :], mask=mask)\n"
-                  "    tl.store(y_ptr + rows[:, None] * stride_y_row + cols[None, :], tl.where(old != old, y, 0.5),"
-                  " mask=mask)"}
+                  "    tl.store(y_ptr + rows[:, None] * stride_y_row + cols[None, :], y,"
+                  " mask=mask & (old != old))"}
 
 
 @pytest.mark.parametrize("mistake, message", [
-    (ONLY_WHERE_NAN, "right when the outputs start as NaN"),  # writes only where the output held NaN
+    (ONLY_WHERE_NAN, "still hold what the output held before the launch"),  # writes only where the output held NaN
     ({"numerator = tl.exp(": "numerator = tl.where(n_rows > 500, 0.0, 1.0) * tl.exp("}, "past the cases listed"),
     ({'other=float("-inf")': "other=-100.0"}, "finite stand-in for -inf"),  # wins the max of scores near -200
     ({"numerator = tl.exp(": "numerator = tl.where(n_cols > 200, 0.0, 1.0) * tl.exp("}, "past the cases listed"),

@@ -185,8 +185,8 @@ XHAT_WHERE = "xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)"
     ({"acc_dbeta += dy": "acc_dbeta += tl.where(n_cols > 120, 0.0, 1.0) * dy"}, "past the cases listed"),
     ({"tl.store(partial_dbeta_ptr + partial_row, tl.sum(acc_dbeta, axis=0), mask=col_mask)":
       "old = tl.load(partial_dbeta_ptr + partial_row, mask=col_mask)\n"
-      "    tl.store(partial_dbeta_ptr + partial_row, tl.where(old != old, tl.sum(acc_dbeta, axis=0), 0.0),"
-      " mask=col_mask)"}, "right when the outputs start as NaN"),
+      "    tl.store(partial_dbeta_ptr + partial_row, tl.where(old != old, tl.sum(acc_dbeta, axis=0), old),"
+      " mask=col_mask)"}, "still hold what the output held before the launch"),
 ])
 def test_layernorm_backward_rows_past_the_listed_cases(mistake, message):
     with pytest.raises(ExerciseError, match=message) as raised:
@@ -201,8 +201,8 @@ def test_layernorm_backward_rows_past_the_listed_cases(mistake, message):
      "past the cases listed"),
     ({"tl.store(mean_ptr + rows, mean, mask=in_rows)":
       "old = tl.load(mean_ptr + rows, mask=in_rows)\n"
-      "    tl.store(mean_ptr + rows, tl.where(old != old, mean, 0.0), mask=in_rows)"},
-     "right when the outputs start as NaN"),
+      "    tl.store(mean_ptr + rows, tl.where(old != old, mean, old), mask=in_rows)"},
+     "still hold what the output held before the launch"),
 ])
 def test_layernorm_rows_past_the_listed_cases(mistake, message):
     with pytest.raises(ExerciseError, match=message):

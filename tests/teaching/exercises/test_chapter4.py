@@ -28,6 +28,27 @@ def test_routing_weights_checker(capsys):
         exercises.check_routing_weights(lambda a, s, eps, mask=None: torch.exp(torch.clamp(s + a, max=0.0) / eps))
 
 
+def _split_exponential(a, s, eps, mask=None):
+    """exp((s + a + b) / eps) as exp((s + a) / eps) * exp(b / eps): right while (s + a) / eps stays below
+    709, inf * 0 = NaN past it."""
+    shifted = s + a[..., None]
+    y = torch.exp(shifted / eps) * torch.exp(-torch.relu(shifted) / eps)
+    return y if mask is None else torch.where(mask, y, 0.0)
+
+
+@pytest.mark.parametrize("answer, message", [
+    (_split_exponential, r"(?s)near [-+]\d+.*hint: y is NaN or inf where \(s \+ a\) / eps lies far above 0"),
+    # right only up to the sizes the listed cases reach
+    (lambda a, s, eps, mask=None: _right_routing_weights(a, s, eps, mask) if s.shape[-1] <= 100 else torch.ones_like(s),
+     "(?s)2 rows of 3000 scores.*hint: this case lies past the cases listed above"),
+    (lambda a, s, eps, mask=None: _right_routing_weights(a, s, eps, mask) if s.numel() <= 500 else torch.ones_like(s),
+     "(?s)300 rows of 3 scores.*hint: this case lies past the cases listed above"),
+])
+def test_routing_weights_past_the_listed_cases(answer, message):
+    with pytest.raises(ExerciseError, match=message):
+        exercises.check_routing_weights(answer)
+
+
 def test_routing_weights_solution_passes(capsys):
     exercises.check_routing_weights(solution("04_coordinate_descent", "4.1").routing_weights)
     assert capsys.readouterr().out.startswith("Exercise 4.1 passed")
