@@ -17,12 +17,12 @@ Triton's CPU interpreter, which must happen before any ``@triton.jit`` runs.
 """
 
 from .core import runtime  # noqa: F401  (must come first)
-from .kernels import (MAX_HEAD_DIM, LayerNorm, causal_softmax, coor_descent, layernorm, local_causal_attention,
-                      matmul, softmax, weighted_sum)
+from .kernels import (MAX_HEAD_DIM, LayerNorm, causal_softmax, coor_descent, layer_norm, layernorm,
+                      local_causal_attention, matmul, softmax, weighted_sum)
 from .models import (CoordinateDescentRouter, RecallModel, RecallTask, RoutedBlock, recall_batch, top_k_routing,
                      train_recall)
 
-__all__ = ["runtime", "weighted_sum", "softmax", "causal_softmax", "layernorm", "LayerNorm", "coor_descent",
-           "local_causal_attention", "MAX_HEAD_DIM", "matmul", "RoutedBlock", "CoordinateDescentRouter",
+__all__ = ["runtime", "weighted_sum", "softmax", "causal_softmax", "layernorm", "layer_norm", "LayerNorm",
+           "coor_descent", "local_causal_attention", "MAX_HEAD_DIM", "matmul", "RoutedBlock", "CoordinateDescentRouter",
            "top_k_routing", "RecallTask", "RecallModel", "recall_batch", "train_recall"]
 __version__ = "0.1.0"

@@ -130,12 +130,13 @@ def matmul(a, b, bias=None, activation=None):
     return out
 
 
-def local_causal_attention(q, k, v, window):
+def local_causal_attention(q, k, v, window, scale=None):
     """Local causal attention written densely: query i sees keys j with
     (i // window - 1) * window <= j <= i, its own window up to itself and the window
-    before. q, k, v: (b, h, n, d). An n × n matrix: for tests, not for long sequences."""
+    before; scores scaled by ``scale``, by default 1 / sqrt(d). q, k, v: (b, h, n, d).
+    An n × n matrix: for tests, not for long sequences."""
     position = torch.arange(q.shape[-2], device=q.device)
     first_key = (position // window - 1) * window
     visible = (position[None, :] <= position[:, None]) & (position[None, :] >= first_key[:, None])
-    scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    scores = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5 if scale is None else scale)
     return softmax(scores.masked_fill(~visible, float("-inf"))) @ v

@@ -10,6 +10,11 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from .runtime import DEVICE, ON_GPU, describe
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# float64 no kernel computes in: a public function given it computes with its pure-PyTorch
+# reference (core.references), on any device, which autograd differentiates to any order
+# (gradcheck, gradgradcheck, torch.func).
+REFERENCE_DTYPE = torch.float64
+PUBLIC_DTYPES = (*FLOAT_DTYPES, REFERENCE_DTYPE)
 INT32_LIMIT = 2**31 - 1  # kernels index rows and columns with 32-bit integers
 
 
@@ -26,10 +31,24 @@ def _wraps_others(tensor):
     return type(tensor) not in PLAIN_TENSOR_TYPES and is_traceable_wrapper_subclass(tensor)
 
 
+def not_a_tensor(op, name, value):
+    """The error for an argument that is not a torch.Tensor (a NumPy array, a list)."""
+    hint = f"; convert a NumPy array with torch.from_numpy({name})" if type(value).__module__ == "numpy" else ""
+    return TypeError(f"{op}: {name} must be a torch.Tensor, got {type(value).__name__}{hint}")
+
+
+def runs_reference(tensor):
+    """Whether a public function whose first tensor argument is ``tensor`` computes with its
+    PyTorch reference instead of its kernels: for float64 (REFERENCE_DTYPE)."""
+    return isinstance(tensor, torch.Tensor) and tensor.dtype == REFERENCE_DTYPE
+
+
 def check_tensor(op, name, tensor, *, dtypes=FLOAT_DTYPES, min_ndim=1):
-    """Check one argument's type, device and dtype; raise saying what is accepted."""
+    """Check one argument's type, device and dtype; raise saying what is accepted. A float64
+    tensor, where ``dtypes`` accept it, is computed by PyTorch's own operations (the
+    references): any device and torch.func's transforms are fine then."""
     if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(tensor).__name__}")
+        raise not_a_tensor(op, name, tensor)
     if tensor.layout != torch.strided:
         raise TypeError(
             f"{op}: {name} has layout {tensor.layout}; only dense tensors (torch.strided) are accepted, "
@@ -40,6 +59,9 @@ def check_tensor(op, name, tensor, *, dtypes=FLOAT_DTYPES, min_ndim=1):
             f"{op}: {name} is a nested tensor; only dense tensors are accepted, so pad it with "
             f"torch.nested.to_padded_tensor({name}, 0.0) (and pass a mask where the function takes one)"
         )
+    if tensor.dtype == REFERENCE_DTYPE and REFERENCE_DTYPE in dtypes:
+        _check_ndim(op, name, tensor, min_ndim)
+        return
     if tensor.is_quantized:
         raise TypeError(
             f"{op}: {name} is quantized ({tensor.dtype}); accepted: {_names(dtypes)} tensors, "
@@ -71,6 +93,10 @@ def check_tensor(op, name, tensor, *, dtypes=FLOAT_DTYPES, min_ndim=1):
         if tensor._is_zerotensor():
             raise ValueError(f"{op}: {name} is a zero tensor without memory (torch._efficientzerotensor); "
                              f"pass torch.zeros_like({name})")
+    _check_ndim(op, name, tensor, min_ndim)
+
+
+def _check_ndim(op, name, tensor, min_ndim):
     if tensor.ndim < min_ndim:
         raise ValueError(
             f"{op}: {name} must have at least {min_ndim} dimension(s), got shape {tuple(tensor.shape)}"

@@ -7,11 +7,11 @@ shares a name with the function the package exports (``course_lib.softmax``).
 """
 
 from .coor_descent_op import coor_descent
-from .layernorm_op import LayerNorm, layernorm
+from .layernorm_op import LayerNorm, layer_norm, layernorm
 from .local_attention_op import MAX_HEAD_DIM, local_causal_attention
 from .matmul_op import matmul
 from .softmax_op import causal_softmax, softmax
 from .weighted_sum_op import weighted_sum
 
-__all__ = ["weighted_sum", "softmax", "causal_softmax", "layernorm", "LayerNorm", "coor_descent",
+__all__ = ["weighted_sum", "softmax", "causal_softmax", "layernorm", "layer_norm", "LayerNorm", "coor_descent",
            "local_causal_attention", "MAX_HEAD_DIM", "matmul"]

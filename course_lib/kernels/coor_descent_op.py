@@ -89,13 +89,14 @@ import torch
 import triton
 import triton.language as tl
 
+from ..core import references
 from ..core.operator import kernel_op
 from ..core.plans import TunedOn, warps_for
 from ..core.runtime import (ON_GPU, cdiv, is_cooperative_refusal, is_traced, launch, multiprocessor_count,
                             next_power_of_2, spin_waits_allowed)
 from ..core.split_rows import gather, publish, slots_block
-from ..core.validation import (_names, check_anchor, check_index_range, check_like, check_same_device, check_tensor,
-                               on_device_of)
+from ..core.validation import (FLOAT_DTYPES, PUBLIC_DTYPES, _names, check_anchor, check_index_range, check_like,
+                               check_same_device, check_tensor, on_device_of, runs_reference)
 
 LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
 
@@ -827,8 +828,9 @@ def _check_k(op, k, s):
         raise TypeError(f"{op}: k must be a number or a torch.Tensor, got {type(k).__name__}")
 
 
-def _check_inputs(op, s, n_iters, k, eps, eps_init, eps_decay, mask, checkpoint_segments):
-    check_tensor(op, "s", s)
+def _check_inputs(op, s, n_iters, k, eps, eps_init, eps_decay, mask, checkpoint_segments, dtypes=FLOAT_DTYPES):
+    """``dtypes``: the kernels' (the operator's check), or the public function's, float64 too."""
+    check_tensor(op, "s", s, dtypes=dtypes)
     if s.shape[-1] == 0:
         raise ValueError(f"{op}: the last dimension of s must be at least 1, got s of shape {tuple(s.shape)}")
     check_index_range(op, columns=s.shape[-1], rows=s.numel() // s.shape[-1])
@@ -848,25 +850,49 @@ def _check_inputs(op, s, n_iters, k, eps, eps_init, eps_decay, mask, checkpoint_
 
 
 def coor_descent(s, *, n_iters, k, eps=0.1, eps_init=None, eps_decay=1.0, mask=None, checkpoint_segments=1):
-    """CoLT5's coordinate descent with Triton kernels: a drop-in for ``triton_coor_descent``.
+    """CoLT5's coordinate descent with Triton kernels: a drop-in for ``triton_coor_descent``,
+    a smoothed top-k of each row.
 
-    s: (..., n) float32, float16 or bfloat16, any strides; computes in float32 and
-    returns y of s's shape and dtype, differentiable in s and in k.
-    k: the budget, a number or a tensor broadcasting to s.shape[:-1] (one per row; any
-    real dtype, differentiable when it requires grad), with 0 < k <= n. A row with fewer
-    than k unmasked scores has no y summing to k: its y rises towards 1 on every unmasked
-    position, and a fully masked row gives zeros. Checking tensor k reads it back to the
-    host once.
-    n_iters: 1 to MAX_N_ITERS (10000) iterations.
-    eps, eps_init, eps_decay: ε-scaling, eps falling from max(eps_init, eps) by eps_decay
-    each iteration, never below eps; eps and eps_init are normal float32 numbers (from
-    about 1.2e-38 to 3.4e38: the kernels divide by them). mask: bool of s's shape, True where a score counts;
-    y and the gradient are exactly 0 elsewhere.
-    checkpoint_segments: accepted for compatibility, no effect: the forward saves one
-    scalar per row per iteration and the backward needs nothing more.
+    Computes in float32, differentiable in s and in k; float64 scores (on any device) are
+    computed by the PyTorch reference instead, differentiable to any order. A row with
+    fewer than k unmasked scores has no y summing to k: its y rises towards 1 on every
+    unmasked position, and a fully masked row gives zeros.
+
+    Args:
+        s (Tensor): the scores, float32, float16, bfloat16 or float64, any strides.
+        n_iters (int): 1 to MAX_N_ITERS (10000) iterations; keyword only, as all below.
+        k (float or Tensor): the budget, 0 < k <= n: a number, or a tensor broadcasting to
+            s.shape[:-1] (one per row; any real dtype, differentiable when it requires
+            grad). Checking tensor k reads it back to the host once.
+        eps, eps_init, eps_decay (float): ε-scaling, eps falling from max(eps_init, eps)
+            by eps_decay each iteration, never below eps; eps and eps_init are normal
+            float32 numbers (from about 1.2e-38 to 3.4e38: the kernels divide by them).
+        mask (Tensor, optional): bool, True where a score counts; y and the gradient are
+            exactly 0 elsewhere.
+        checkpoint_segments (int): accepted for compatibility, no effect: the forward
+            saves one scalar per row per iteration and the backward needs nothing more.
+
+    Shape:
+        - s: (..., n)
+        - k: a number, or broadcasting to (...)
+        - mask: (..., n)
+        - Output: (..., n)
+
+    Returns:
+        Tensor: y, near 1 for about the k largest scores of each row and summing to
+        about k, of s's shape and dtype.
+
+    Example::
+
+        >>> s = torch.randn(2, 16)
+        >>> y = coor_descent(s, n_iters=50, k=4, eps=0.05)
+        >>> y.sum(-1)  # about 4 a row
     """
     op = "coor_descent"
-    _check_inputs(op, s, n_iters, k, eps, eps_init, eps_decay, mask, checkpoint_segments)
+    _check_inputs(op, s, n_iters, k, eps, eps_init, eps_decay, mask, checkpoint_segments, PUBLIC_DTYPES)
+    if runs_reference(s):
+        return references.coor_descent(s, n_iters=n_iters, k=k, eps=eps, eps_init=eps_init, eps_decay=eps_decay,
+                                       mask=mask)
     settings = (int(n_iters), float(eps), None if eps_init is None else float(eps_init), float(eps_decay))
     compiling = torch.compiler.is_compiling()
     if isinstance(k, torch.Tensor):

@@ -19,14 +19,19 @@ backward kernels (keys' and values' gradients by key tile, queries' by query til
 the launchers, the autograd.Function and custom operators, and the public function.
 """
 
+import math
+import numbers
+
 import torch
 import triton
 import triton.language as tl
 
+from ..core import references
 from ..core.operator import kernel_op
 from ..core.plans import LaunchPlan, TunedOn
 from ..core.runtime import ON_GPU, cdiv, launch, next_power_of_2
-from ..core.validation import check_index_range, check_like, check_same_device_and_dtype, check_tensor, on_device_of
+from ..core.validation import (FLOAT_DTYPES, PUBLIC_DTYPES, check_index_range, check_like, check_same_device_and_dtype,
+                               check_tensor, on_device_of, runs_reference)
 
 LOG2E = tl.constexpr(1.4426950408889634)
 # Head sizes up to this are held in registers whole; larger heads take the
@@ -360,9 +365,10 @@ LOCAL_ATTENTION = kernel_op(
 # ------------------------------------------------------------------------------ public
 
 
-def _check_inputs(op, q, k, v, window):
+def _check_inputs(op, q, k, v, window, dtypes=FLOAT_DTYPES):
+    """``dtypes``: the kernels' (the operators' check), or the public function's, float64 too."""
     for name, t in (("q", q), ("k", k), ("v", v)):
-        check_tensor(op, name, t, min_ndim=4)
+        check_tensor(op, name, t, dtypes=dtypes, min_ndim=4)
         if t.ndim != 4:
             raise ValueError(f"{op}: {name} must have 4 dimensions (batch, heads, n, head_dim), got shape "
                              f"{tuple(t.shape)}")
@@ -384,16 +390,52 @@ def _check_inputs(op, q, k, v, window):
                          "second dimension holds; call it on part of the batch at a time")
 
 
-def local_causal_attention(q, k, v, window):
-    """softmax(q kᵀ / sqrt(d)) v where query p sees the keys of its window up to itself
+def _check_scale(op, scale):
+    if scale is None:
+        return
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"{op}: scale must be a number or None, got {type(scale).__name__} {scale!r}")
+    if not math.isfinite(scale):
+        raise ValueError(f"{op}: scale must be finite, got {scale}")
+
+
+def local_causal_attention(q, k, v, window, *, scale=None):
+    """softmax(q kᵀ · scale) v where query p sees the keys of its window up to itself
     and every key of the window before (windows of ``window`` tokens from position 0),
     without writing the scores.
 
-    q, k, v: (batch, heads, n, head_dim), one dtype (float32, float16 or bfloat16), any
-    strides, head_dim at most MAX_HEAD_DIM (128), any n (the last window may be short).
-    Returns (batch, heads, n, head_dim), laid out as (batch, n, heads, head_dim) so that
-    merging the heads is a view. Computes in float32.
+    Computes in float32; float64 inputs (on any device) are computed by the PyTorch
+    reference instead (an n × n matrix), differentiable to any order. The result is laid
+    out as (batch, n, heads, head_dim), so that merging the heads is a view.
+
+    Args:
+        q, k, v (Tensor): queries, keys and values, one dtype (float32, float16, bfloat16
+            or float64), any strides, head_dim at most MAX_HEAD_DIM (128), any n (the last
+            window may be short).
+        window (int): the window's length in tokens, at least 1.
+        scale (float, optional): keyword only, the scores' factor; by default
+            1 / sqrt(head_dim), as ``F.scaled_dot_product_attention``. Another value
+            multiplies q by it (times sqrt(head_dim)) before the kernels: one pass over q.
+
+    Shape:
+        - q, k, v: (batch, heads, n, head_dim)
+        - Output: (batch, heads, n, head_dim)
+
+    Returns:
+        Tensor: the attention's output, in q's dtype.
+
+    Example::
+
+        >>> q, k, v = torch.randn(3, 2, 4, 10, 16).unbind(0)  # (batch, heads, n, head_dim)
+        >>> local_causal_attention(q, k, v, window=4).shape
+        torch.Size([2, 4, 10, 16])
     """
-    _check_inputs("local_causal_attention", q, k, v, window)
+    op = "local_causal_attention"
+    _check_inputs(op, q, k, v, window, PUBLIC_DTYPES)
+    _check_scale(op, scale)
+    if runs_reference(q):
+        return references.local_causal_attention(q, k, v, window, scale=scale)
+    if scale is not None:  # the kernels scale the scores by 1/sqrt(head_dim), a constant they are compiled with
+        q = q * (scale * q.shape[-1] ** 0.5)
     # int(): the kernels take the window as a constant, so a traced SymInt is specialised on.
     return LOCAL_ATTENTION(q, k, v, int(window))

@@ -15,11 +15,13 @@ import torch
 import triton
 import triton.language as tl
 
+from ..core import references
 from ..core.operator import kernel_op
 from ..core.plans import TunedOn
 from ..core.rows import as_rows, sum_partial_rows
 from ..core.runtime import ON_GPU, cdiv, is_traced, launch, multiprocessor_count
-from ..core.validation import check_index_range, check_like, check_same_device_and_dtype, check_tensor, on_device_of
+from ..core.validation import (FLOAT_DTYPES, PUBLIC_DTYPES, check_index_range, check_like, check_same_device_and_dtype,
+                               check_tensor, on_device_of, runs_reference)
 
 ACTIVATIONS = ("none", "relu", "gelu")
 SQRT_2_OVER_PI = tl.constexpr(math.sqrt(2 / math.pi))
@@ -378,14 +380,15 @@ MATMUL = kernel_op(
 # ------------------------------------------------------------------------------ public
 
 
-def _check_inputs(op, a, b, bias, activation):
-    check_tensor(op, "a", a, min_ndim=2)
-    check_tensor(op, "b", b, min_ndim=2)
+def _check_inputs(op, a, b, bias, activation, dtypes=FLOAT_DTYPES):
+    """``dtypes``: the kernels' (the operators' check), or the public function's, float64 too."""
+    check_tensor(op, "a", a, dtypes=dtypes, min_ndim=2)
+    check_tensor(op, "b", b, dtypes=dtypes, min_ndim=2)
     if b.ndim != 2:
         raise ValueError(f"{op}: b must have 2 dimensions (K, N), got shape {tuple(b.shape)}")
     tensors = {"a": a, "b": b}
     if bias is not None:
-        check_tensor(op, "bias", bias)
+        check_tensor(op, "bias", bias, dtypes=dtypes)
         tensors["bias"] = bias
     check_same_device_and_dtype(op, **tensors)
     if a.shape[-1] != b.shape[0]:
@@ -403,13 +406,36 @@ def _check_inputs(op, a, b, bias, activation):
 def matmul(a, b, *, bias=None, activation=None):
     """``act(a @ b + bias)`` with one Triton kernel, differentiable in a, b and bias.
 
-    a: (..., K), leading dimensions flattened into rows as ``F.linear`` does; b: (K, N);
-    bias: None or (N,); activation: None, "relu" or "gelu" (torch's
-    ``gelu(approximate="tanh")``), applied to the tile before it is stored. One dtype
-    (float16, bfloat16 or float32; a mix is refused: cast one), one device, any
-    strides (transposed views included). Accumulates in float32, float32 inputs in
-    full precision unless ``torch.backends.cuda.matmul.allow_tf32`` is set, as for
-    torch's own matmul. Returns (..., N) in the inputs' dtype.
+    The activation is applied to the tile before it is stored. Accumulates in float32,
+    float32 inputs in full precision unless ``torch.backends.cuda.matmul.allow_tf32`` is
+    set, as for torch's own matmul; float64 inputs (on any device) are computed by the
+    PyTorch reference instead, differentiable to any order. One dtype for all (float16,
+    bfloat16, float32 or float64; a mix is refused: cast one), one device, any strides
+    (transposed views included).
+
+    Args:
+        a (Tensor): leading dimensions flattened into rows as ``F.linear`` does.
+        b (Tensor): the right factor.
+        bias (Tensor, optional): keyword only, added to every row.
+        activation (str, optional): keyword only, None, "relu" or "gelu" (torch's
+            ``gelu(approximate="tanh")``).
+
+    Shape:
+        - a: (..., K)
+        - b: (K, N)
+        - bias: (N,)
+        - Output: (..., N)
+
+    Returns:
+        Tensor: the product, in the inputs' dtype.
+
+    Example::
+
+        >>> a, b, bias = torch.randn(8, 32), torch.randn(32, 16), torch.randn(16)
+        >>> matmul(a, b, bias=bias, activation="relu").shape
+        torch.Size([8, 16])
     """
-    _check_inputs("matmul", a, b, bias, "none" if activation is None else activation)
+    _check_inputs("matmul", a, b, bias, "none" if activation is None else activation, PUBLIC_DTYPES)
+    if runs_reference(a):
+        return references.matmul(a, b, bias, activation)
     return MATMUL(a, b, bias, "none" if activation is None else activation)

@@ -25,11 +25,12 @@ import torch
 import triton
 import triton.language as tl
 
+from ..core import references
 from ..core.operator import kernel_op
 from ..core.plans import LaunchPlan, TunedOn, warps_for
 from ..core.runtime import cdiv, launch, multiprocessor_count, next_power_of_2
-from ..core.validation import (INT32_LIMIT, check_anchor, check_index_range, check_like, check_tensor,
-                               on_device_of)
+from ..core.validation import (FLOAT_DTYPES, INT32_LIMIT, PUBLIC_DTYPES, check_anchor, check_index_range, check_like,
+                               check_tensor, on_device_of, runs_reference)
 
 # Causal loads fetch keys up to the diagonal rounded up to this many columns: a load
 # mask that is constant over aligned groups of 16 lets Triton issue 16-byte vector
@@ -506,13 +507,14 @@ SOFTMAX = kernel_op(
 # ------------------------------------------------------------------------------ public
 
 
-def _check_input(op, x, causal, diagonal=None, name="x"):
+def _check_input(op, x, causal, diagonal=None, name="x", dtypes=FLOAT_DTYPES):
+    """``dtypes``: the kernels' (the operators' check), or the public functions', float64 too."""
     if not isinstance(causal, bool):
         raise TypeError(f"{op}: causal must be True or False, got {causal!r}")
     # A SymInt: traced by torch.compile with dynamic shapes, diagonal=n - m is one.
     if diagonal is not None and (isinstance(diagonal, bool) or not isinstance(diagonal, (int, torch.SymInt))):
         raise TypeError(f"{op}: diagonal must be an int or None, got {diagonal!r}")
-    check_tensor(op, name, x, min_ndim=2 if causal else 1)
+    check_tensor(op, name, x, dtypes=dtypes, min_ndim=2 if causal else 1)
     if causal and diagonal is None and x.shape[-1] != x.shape[-2]:
         raise ValueError(
             f"{op}: a causal mask needs square matrices in the last two dimensions, (..., n, n), "
@@ -524,16 +526,51 @@ def _check_input(op, x, causal, diagonal=None, name="x"):
     check_index_range(op, columns=n_cols, rows=x.numel() // n_cols if n_cols else 0)
 
 
-def softmax(x, causal=False):
-    """``torch.softmax(x, -1)`` with Triton kernels, differentiable.
+def _check_dim(op, x, dim, causal):
+    if isinstance(dim, bool):  # softmax(x, True): causal, before it became keyword-only
+        raise TypeError(f"{op}: dim must be an int, got {dim!r}; causal is keyword-only: softmax(x, causal={dim!r})")
+    if not isinstance(dim, int):
+        raise TypeError(f"{op}: dim must be an int, got {type(dim).__name__} {dim!r}")
+    if not -x.ndim <= dim < x.ndim:
+        raise IndexError(f"{op}: dim must be in [{-x.ndim}, {x.ndim - 1}] for x of shape {tuple(x.shape)}, got {dim}")
+    if causal and dim % x.ndim != x.ndim - 1:
+        raise ValueError(f"{op}: a causal softmax runs over the last dimension (keys), so dim must be -1; got {dim}")
 
-    x: (..., N) float32, float16 or bfloat16, any strides. With ``causal=True``, x is
-    (..., n, n) and row i sees only columns j <= i, as in :func:`causal_softmax`.
-    Computes in float32 and returns x's shape and dtype. A row whose every visible
-    entry is -inf gives zeros (and a zero gradient) instead of NaN.
+
+def softmax(x, dim=-1, *, causal=False):
+    """``torch.softmax(x, dim)`` with Triton kernels, differentiable.
+
+    Computes in float32 (float64 inputs, on any device, by the PyTorch reference,
+    differentiable to any order). A row whose every visible entry is -inf gives zeros
+    (and a zero gradient) instead of NaN. Another ``dim`` than the last is moved to the
+    last axis and back (``movedim``, a view).
+
+    Args:
+        x (Tensor): float32, float16, bfloat16 or float64, any strides.
+        dim (int): the dimension the softmax runs over; by default the last.
+        causal (bool): keyword only. Then x is (..., n, n) and row i sees only columns
+            j <= i, as in :func:`causal_softmax` (dim must then be -1).
+
+    Shape:
+        - x: (..., N), or (..., n, n) with ``causal=True``
+        - Output: x's shape
+
+    Returns:
+        Tensor: the probabilities, of x's shape and dtype.
+
+    Example::
+
+        >>> x = torch.randn(4, 8)
+        >>> softmax(x, dim=0).sum(0)  # ones
+        >>> softmax(torch.randn(2, 5, 5), causal=True)[0, 0]  # [1, 0, 0, 0, 0]
     """
     op = "causal_softmax" if causal is True else "softmax"
-    _check_input(op, x, causal)
+    _check_input(op, x, causal, dtypes=PUBLIC_DTYPES)
+    _check_dim(op, x, dim, causal)
+    if dim % x.ndim != x.ndim - 1:
+        return softmax(x.movedim(dim, -1)).movedim(-1, dim)
+    if runs_reference(x):
+        return references.causal_softmax(x) if causal else references.softmax(x)
     return SOFTMAX(x, causal, 0, error_name=op)
 
 
@@ -544,14 +581,34 @@ def causal_softmax(x, diagonal=None):
     j <= i. Non-square scores need it said which key is on a query's diagonal, as in
     ``torch.tril(diagonal=...)``: ``diagonal=n - m`` for m new queries after n - m
     earlier keys (the last query sees every key), ``diagonal=0`` for the top-left
-    corner. A query that sees no key (i + diagonal < 0) gets zeros. x is float32, float16
-    or bfloat16, any strides; the result has x's shape and dtype, computed in float32.
+    corner. A query that sees no key (i + diagonal < 0) gets zeros. Computes in float32
+    (float64 inputs, on any device, by the PyTorch reference, differentiable to any order).
 
     Hidden entries (j > i + diagonal) take no part and come out exactly 0 (in a row
     made NaN by a NaN key, possibly NaN). They are not read either, apart from the few
     next to the diagonal that share its 16-element load (FETCH_GROUP).
+
+    Args:
+        x (Tensor): the scores, float32, float16, bfloat16 or float64, any strides.
+        diagonal (int, optional): where the keys a query sees end, as in ``torch.tril``.
+
+    Shape:
+        - x: (..., n, n), or (..., m, n) with ``diagonal``
+        - Output: x's shape
+
+    Returns:
+        Tensor: the attention weights, of x's shape and dtype.
+
+    Example::
+
+        >>> scores = torch.randn(2, 4, 6, 6)  # (batch, heads, queries, keys)
+        >>> causal_softmax(scores)[0, 0, 0]  # [1, 0, 0, 0, 0, 0]
+        >>> causal_softmax(torch.randn(2, 3, 6), diagonal=3).shape  # 3 new queries after 3 keys
+        torch.Size([2, 3, 6])
     """
-    _check_input("causal_softmax", x, True, diagonal)
+    _check_input("causal_softmax", x, True, diagonal, dtypes=PUBLIC_DTYPES)
+    if runs_reference(x):
+        return references.causal_softmax(x, diagonal or 0)
     if not diagonal:  # None or 0: the square case, within any bounds
         return SOFTMAX(x, True, 0, error_name="causal_softmax")
     rows, cols = x.shape[-2:]

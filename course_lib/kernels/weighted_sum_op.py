@@ -10,6 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..core import references
 from ..core.operator import kernel_op
 from ..core.plans import LaunchPlan, TunedOn, warps_for
 from ..core.rows import as_rows, known_multiple_of, shaped_like, sum_partial_rows, vector_width, width_hint
@@ -19,7 +20,10 @@ from ..core.validation import (
     check_like,
     check_same_device_and_dtype,
     check_tensor,
+    FLOAT_DTYPES,
     on_device_of,
+    PUBLIC_DTYPES,
+    runs_reference,
 )
 
 # ---------------------------------------------------------------------------- kernels
@@ -177,9 +181,10 @@ def backward_tiles(n_cols, element_size):
 BACKWARD_PROGRAMS_PER_SM = 4
 
 
-def _check_inputs(op, x, weight):
-    check_tensor(op, "x", x)
-    check_tensor(op, "weight", weight)
+def _check_inputs(op, x, weight, dtypes=FLOAT_DTYPES):
+    """``dtypes``: the kernels' (the operators' check), or the public function's, float64 too."""
+    check_tensor(op, "x", x, dtypes=dtypes)
+    check_tensor(op, "weight", weight, dtypes=dtypes)
     check_same_device_and_dtype(op, x=x, weight=weight)
     if weight.ndim != 1 or weight.shape[0] != x.shape[-1]:
         raise ValueError(
@@ -287,8 +292,29 @@ WEIGHTED_SUM = kernel_op(
 def weighted_sum(x, weight):
     """``(x * weight).sum(-1)`` with Triton kernels, differentiable in both arguments.
 
-    x: (..., D) float32, float16 or bfloat16, any strides; weight: (D,), same dtype and
-    device (``x @ weight`` refuses mixed dtypes too: cast one). Accumulates in float32; returns x.shape[:-1] in x's dtype.
+    Accumulates in float32. float64 inputs (on any device) are computed by the PyTorch
+    reference instead, differentiable to any order (``torch.autograd.gradcheck``).
+
+    Args:
+        x (Tensor): float32, float16, bfloat16 or float64, any strides.
+        weight (Tensor): the weights, of x's dtype and device (``x @ weight`` refuses
+            mixed dtypes too: cast one).
+
+    Shape:
+        - x: (..., D)
+        - weight: (D,)
+        - Output: x.shape[:-1]
+
+    Returns:
+        Tensor: the weighted sums, in x's dtype.
+
+    Example::
+
+        >>> x, weight = torch.randn(4, 8), torch.randn(8)
+        >>> weighted_sum(x, weight).shape
+        torch.Size([4])
     """
-    _check_inputs("weighted_sum", x, weight)
+    _check_inputs("weighted_sum", x, weight, PUBLIC_DTYPES)
+    if runs_reference(x):
+        return references.weighted_sum(x, weight)
     return WEIGHTED_SUM(x, weight)

@@ -28,6 +28,7 @@ from ..core.benchmarking import RESULTS_DIR
 from .routed import (COURSE_OPS, REFERENCE_OPS, LocalCausalAttention, Norm, RoutedBlock, check_count, feed_forward,
                      merge_heads, split_heads)
 from ..core.runtime import DEVICE
+from ..core.validation import not_a_tensor
 
 IMPLS = ("course_lib", "reference", "colt5_attention")
 # What each block of a RecallModel is: the routed block, its light branch alone (local
@@ -39,7 +40,26 @@ IGNORE = -100  # target of the positions that carry no loss (cross_entropy's ign
 
 
 class RecallTask(NamedTuple):
-    """Sizes of the task: the vocabulary holds noise, keys, values and the blank, in that order."""
+    """Sizes of the associative-recall task: the vocabulary holds noise, keys, values and
+    the blank, in that order.
+
+    Args:
+        seq_len (int): tokens in a sequence (at least 4 * n_pairs).
+        n_pairs (int): (key, value) pairs hidden in a sequence, and asked for at its end.
+        n_noise, n_keys, n_values (int): how many noise, key and value tokens there are.
+
+    Shape:
+        - A batch of it (:func:`recall_batch`): tokens and targets (batch, seq_len)
+
+    Returns:
+        RecallTask: a named tuple; ``vocab`` and ``blank`` derive from it.
+
+    Example::
+
+        >>> task = RecallTask(seq_len=64, n_pairs=2)
+        >>> task.vocab
+        65
+    """
 
     seq_len: int = 256
     n_pairs: int = 4
@@ -67,12 +87,32 @@ def _check_task(op, task):
 
 
 def recall_batch(task, batch, generator, device="cpu"):
-    """(tokens, targets), both (batch, seq_len) int64.
+    """A batch of the task: (tokens, targets).
 
     The first part is noise with ``n_pairs`` (key, value) pairs at random places; the
     last 2 * n_pairs tokens repeat the keys in another order, each followed by the blank
     token. targets holds the value at each repeated key's position and IGNORE everywhere
     else: a value appears in the tokens only in its pair, before the query asking for it.
+
+    Args:
+        task (RecallTask): the sizes.
+        batch (int): sequences in the batch.
+        generator (torch.Generator): a CPU generator, which draws every random number
+            (one seed, the same batches on every device).
+        device: where the tensors go.
+
+    Shape:
+        - tokens, targets: (batch, seq_len)
+
+    Returns:
+        tuple of Tensor: tokens and targets, both int64.
+
+    Example::
+
+        >>> task = RecallTask(seq_len=64, n_pairs=2)
+        >>> tokens, targets = recall_batch(task, 8, torch.Generator().manual_seed(0))
+        >>> tokens.shape
+        torch.Size([8, 64])
     """
     op = "recall_batch"
     _check_task(op, task)
@@ -222,7 +262,39 @@ def recall_block(architecture, impl, dim, *, num_heavy_tokens, seq_len, light_wi
 
 class RecallModel(nn.Module):
     """Embeddings (token and position), ``depth`` blocks (routed, light or dense), a norm,
-    the logits."""
+    the logits: the model chapter 7 trains on the recall task.
+
+    Args:
+        impl (str): what the blocks are built from: ``"course_lib"`` (the Triton kernels,
+            :class:`RoutedBlock` on COURSE_OPS), ``"reference"`` (the same block on the
+            pure-PyTorch references, REFERENCE_OPS) or ``"colt5_attention"`` (the
+            colt5-attention package's modules, which must be installed).
+        task (RecallTask): the task: its vocabulary and seq_len size the embeddings.
+        dim (int): the tokens' width.
+        depth (int): blocks.
+        num_heavy_tokens (int): tokens each router sends to the heavy branch.
+        light_window_size (int): the light attention's window.
+        heads, dim_head (int): attention heads and their width.
+        router_kwargs (dict, optional): settings of every router (n_iters, eps, ...).
+        colt5_queries_per_window (int, optional): colt5_attention's setting only.
+        architecture (str): ``"routed"``, ``"light"`` (the light branch alone) or
+            ``"dense"`` (causal attention over every token).
+
+    Shape:
+        - tokens: (batch, n) int64 or int32, n at most task.seq_len
+        - Output: (batch, n, task.vocab) logits
+
+    Returns:
+        RecallModel: the module; call it on tokens for the logits.
+
+    Example::
+
+        >>> task = RecallTask(seq_len=64, n_pairs=2)
+        >>> model = RecallModel("reference", task, dim=32, num_heavy_tokens=8)
+        >>> tokens, _ = recall_batch(task, 4, torch.Generator().manual_seed(0))
+        >>> model(tokens).shape
+        torch.Size([4, 64, 65])
+    """
 
     def __init__(self, impl, task, *, dim=64, depth=2, num_heavy_tokens=32, light_window_size=16, heads=4,
                  dim_head=16, router_kwargs=None, colt5_queries_per_window=None, architecture="routed"):
@@ -247,6 +319,8 @@ class RecallModel(nn.Module):
     def forward(self, tokens):
         """tokens: (batch, n) integers below the task's vocab, n at most its seq_len (the
         values are not read back to be checked: that would wait for the GPU every step)."""
+        if not isinstance(tokens, torch.Tensor):
+            raise not_a_tensor("RecallModel", "tokens", tokens)
         if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.dtype not in (torch.int64, torch.int32):
             raise ValueError(f"RecallModel: tokens must be an int64 or int32 tensor (batch, n), got "
                              f"{tokens.dtype if isinstance(tokens, torch.Tensor) else type(tokens).__name__} "
@@ -276,12 +350,35 @@ def recall_loss_and_accuracy(model, tokens, targets):
 
 def train_recall(impl, task=RecallTask(), *, steps=200, batch=32, lr=3e-3, seed=0, device=DEVICE, dtype=torch.float32,
                  eval_batch=None, **model_kwargs):
-    """Train a RecallModel of ``impl`` for ``steps`` AdamW steps on fresh batches
-    (``model_kwargs`` go to RecallModel: sizes, ``architecture``, ``router_kwargs``).
+    """Train a RecallModel of ``impl`` for ``steps`` AdamW steps on fresh batches.
 
     One seed sets the model's initial weights and every batch, so impls trained at the
-    same seed see the same data. Returns the loss of every step and the accuracy on a
-    fresh batch of ``eval_batch`` sequences (``batch`` if None) after training.
+    same seed see the same data.
+
+    Args:
+        impl (str): ``"course_lib"``, ``"reference"`` or ``"colt5_attention"``, as
+            :class:`RecallModel` takes it.
+        task (RecallTask): the task.
+        steps, batch (int): AdamW steps, and sequences a step.
+        lr (float): the learning rate.
+        seed (int): the model's initial weights and every batch.
+        device, dtype: where and in which dtype the model trains.
+        eval_batch (int, optional): sequences of the accuracy's batch (``batch`` if None).
+        **model_kwargs: go to RecallModel: sizes, ``architecture``, ``router_kwargs``.
+
+    Shape:
+        - Each step's batch: tokens and targets (batch, task.seq_len)
+
+    Returns:
+        TrainingRun: ``losses``, the loss of every step, and ``accuracy``, on a fresh
+        batch after training.
+
+    Example::
+
+        >>> run = train_recall("reference", RecallTask(seq_len=64, n_pairs=2), steps=5, batch=4,
+        ...                    dim=32, num_heavy_tokens=8)
+        >>> len(run.losses)
+        5
     """
     op = "train_recall"
     check_count(op, "steps", steps, least=0)

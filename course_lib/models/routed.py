@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core import references
-from ..core.validation import FLOAT_DTYPES, _names, check_tensor
+from ..core.validation import PUBLIC_DTYPES, _names, check_tensor, not_a_tensor
 from ..kernels import MAX_HEAD_DIM, causal_softmax, coor_descent, layernorm, weighted_sum
 from ..kernels.coor_descent_op import check_eps_schedule
 from ..kernels import local_causal_attention as fused_local_causal_attention
@@ -97,16 +97,17 @@ def _check_width_multiplier(op, name, mult, dim):
 
 def check_tokens(op, x, dim, dtype, ops):
     """x must be (batch, seq, dim) in the module's float dtype; on the kernels' device, dense
-    and outside torch.func transforms when ``ops`` are the kernels (the references run anywhere)."""
+    and outside torch.func transforms when ``ops`` are the kernels (the references run
+    anywhere, and the kernels' functions run their references in float64)."""
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{op}: x must be a torch.Tensor, got {type(x).__name__}")
+        raise not_a_tensor(op, "x", x)
     if x.dtype != dtype:
         raise TypeError(f"{op}: x has dtype {x.dtype}; accepted: the module's dtype, {dtype} "
-                        f"(the kernels take {_names(FLOAT_DTYPES)}: cast the module with .to(dtype))")
+                        f"(the kernels take {_names(PUBLIC_DTYPES)}: cast the module with .to(dtype))")
     if ops is COURSE_OPS:  # named as the caller, not as the first kernel that would refuse it
-        if dtype not in FLOAT_DTYPES:
+        if dtype not in PUBLIC_DTYPES:
             raise TypeError(f"{op}: the module is in {dtype}, which the kernels do not take; accepted: "
-                            f"{_names(FLOAT_DTYPES)} (cast the module with .to(dtype))")
+                            f"{_names(PUBLIC_DTYPES)} (cast the module with .to(dtype))")
         check_tensor(op, "x", x, dtypes=(dtype,), min_ndim=0)
     if x.ndim != 3 or x.shape[-1] != dim:
         raise ValueError(f"{op}: x must have shape (batch, seq, {dim}), got {tuple(x.shape)}")
@@ -201,14 +202,38 @@ class Routed(NamedTuple):
 
 def top_k_routing(s, num_tokens, mask=None, *, n_iters=20, fetch_k_ratio=9 / 8, eps=0.03, eps_init=4.0,
                   eps_decay=0.7, straight_through=True, sequence_order=False, ops=COURSE_OPS):
-    """Router scores s (b, n) -> (indices, weights, routed_mask) of the num_tokens routed
-    tokens of each row, in score order (best first) or, with ``sequence_order``, by position.
+    """The num_tokens routed tokens of each row of router scores, in score order (best
+    first) or, with ``sequence_order``, by position.
 
     Coordinate descent makes the smooth top-k (asked for a few more than num_tokens, so
     that the last routed token's weight is still far from 0 and learns); padding (mask
     False) takes no part. With ``straight_through`` the weights are exactly 1 in the
     forward while their gradient is coordinate descent's; a padded token that still
     lands among the routed (a row with fewer real tokens than num_tokens) gets weight 0.
+
+    Args:
+        s (Tensor): router scores, float32, float16, bfloat16 or float64.
+        num_tokens (int): tokens to route in each row, at most n.
+        mask (Tensor, optional): bool, True for real tokens.
+        n_iters, fetch_k_ratio, eps, eps_init, eps_decay: keyword only, the coordinate
+            descent's settings (as :class:`CoordinateDescentRouter`).
+        straight_through (bool): weights of 1 in the forward, coordinate descent's gradient.
+        sequence_order (bool): indices by position rather than by score.
+        ops: the kernels (``COURSE_OPS``) or the PyTorch references (``REFERENCE_OPS``).
+
+    Shape:
+        - s, mask: (batch, n)
+        - Output: indices, weights and routed_mask, each (batch, num_tokens)
+
+    Returns:
+        tuple: (indices, weights, routed_mask): int64 positions, their weights in s's
+        dtype, and the mask at them (None without a mask).
+
+    Example::
+
+        >>> indices, weights, _ = top_k_routing(torch.randn(2, 16), 4)
+        >>> indices.shape
+        torch.Size([2, 4])
     """
     op = "top_k_routing"
     if not isinstance(s, torch.Tensor):
@@ -259,6 +284,20 @@ class CoordinateDescentRouter(nn.Module):
         straight_through: scores of the routed tokens as ``w + (1 - w).detach()``, so gradients
             reach the router while the forward multiplies by 1.
         ops: the kernels (``COURSE_OPS``) or the PyTorch references (``REFERENCE_OPS``).
+
+    Shape:
+        - x: (batch, n, dim); mask: (batch, n)
+        - Output (``forward``): indices and scores (batch, num_tokens), tokens
+          (batch, num_tokens, dim)
+
+    Returns:
+        CoordinateDescentRouter: the module; ``forward`` returns ``Routed``.
+
+    Example::
+
+        >>> router = CoordinateDescentRouter(16)
+        >>> router(torch.randn(2, 10, 16), num_tokens=4).tokens.shape
+        torch.Size([2, 4, 16])
     """
 
     def __init__(self, dim, *, n_iters=20, fetch_k_ratio=9 / 8, eps=0.03, eps_init=4.0, eps_decay=0.7,
@@ -489,7 +528,22 @@ class RoutedBlock(nn.Module):
         light_window_size: the light attention's window (tokens).
         heads, dim_head: attention heads and their width (``dim_head`` at most MAX_HEAD_DIM, 128).
         router_kwargs: arguments of both :class:`CoordinateDescentRouter` (n_iters, eps, ...).
-        ops: the kernels (``COURSE_OPS``) or the PyTorch references (``REFERENCE_OPS``).
+        ops: the kernels (``COURSE_OPS``) or the PyTorch references (``REFERENCE_OPS``). In
+            float64 (``.double()``) the kernels' functions compute with the references too,
+            differentiable to any order.
+
+    Shape:
+        - x: (batch, n, dim); mask: (batch, n) bool
+        - Output: (batch, n, dim)
+
+    Returns:
+        RoutedBlock: the module; call it on x (and mask).
+
+    Example::
+
+        >>> block = RoutedBlock(32, num_heavy_tokens=4, light_window_size=8, heads=2, dim_head=16)
+        >>> block(torch.randn(2, 16, 32)).shape
+        torch.Size([2, 16, 32])
     """
 
     def __init__(self, dim, *, num_heavy_tokens, light_window_size=128, heads=8, dim_head=64,

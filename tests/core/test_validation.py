@@ -197,7 +197,8 @@ def test_rejects_non_tensors_naming_the_argument(op, fn, make):
             fn(**inputs)
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.int32, torch.bool])
+# float64 is computed by the references (tests/test_gradcheck.py), and refused mixed with another dtype.
+@pytest.mark.parametrize("dtype", [torch.int32, torch.bool])
 @pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
 def test_rejects_unsupported_dtypes_naming_the_argument(op, fn, make, dtype):
     for name, inputs in each_argument(make):

@@ -8,7 +8,7 @@ from conftest import (COMPILE_MODES, DTYPES, TOLERANCES, assert_compiled_refuses
                       far_apart, gpu_only, poison_cached_memory)
 from course_lib.core import references
 from course_lib.kernels.layernorm_op import tiled as layernorm_module
-from course_lib.kernels.layernorm_op.tiled import LayerNorm, layernorm, layernorm_forward
+from course_lib.kernels.layernorm_op.tiled import LayerNorm, layer_norm, layernorm, layernorm_forward
 from course_lib.core.plans import LaunchPlan
 from course_lib.kernels.layernorm_op.parts import BACKWARD_MAX_BLOCK, SPLIT_ROW_BLOCK, BackwardConfig, backward_config
 from course_lib.core.runtime import spin_waits_allowed
@@ -501,7 +501,7 @@ def test_module_rejects_several_normalized_dimensions():
     ({"normalized_shape": None}, TypeError, "normalized_shape must be an int or a 1-tuple of one; got None"),
     ({"normalized_shape": True}, TypeError, "normalized_shape must be an int or a 1-tuple of one; got True"),
     ({"normalized_shape": "4"}, TypeError, "normalized_shape must be an int or a 1-tuple of one; got '4'"),
-    ({"normalized_shape": 7, "dtype": torch.int32}, TypeError, "dtype must be float32, float16 or bfloat16"),
+    ({"normalized_shape": 7, "dtype": torch.int32}, TypeError, "dtype must be float32, float16, bfloat16, float64"),
     ({"normalized_shape": 7, "eps": -1}, ValueError, "eps must be a non-negative number"),
     ({"normalized_shape": 7, "eps": "x"}, TypeError, "eps must be a number, got str"),
     ({"normalized_shape": 7, "stable": "x"}, TypeError, "stable must be True or False, got str"),
@@ -681,3 +681,25 @@ def test_parameters_whose_last_element_lies_past_2_31_elements(tmp_path, stable)
     expected.backward(grad_y.double())
     assert_matches(x.grad, x64.grad, torch.float32, length=8, what="grad_x")
     assert_matches(gamma.grad, gamma64.grad, torch.float32, length=3, what="grad_gamma")
+
+
+# ------------------------------------------------------ F.layer_norm's calling convention
+
+
+@pytest.mark.parametrize("normalized_shape", [7, (7,), [7], torch.Size([7])], ids=["int", "tuple", "list", "Size"])
+def test_layer_norm_takes_torch_functional_layer_norms_arguments(normalized_shape):
+    x, weight, bias = torch.randn(3, 5, 7, device=DEVICE), torch.randn(7, device=DEVICE), torch.randn(7, device=DEVICE)
+    expected = torch.nn.functional.layer_norm(x, (7,), weight, bias, 1e-3)
+    torch.testing.assert_close(layer_norm(x, normalized_shape, weight, bias, 1e-3), expected)
+    torch.testing.assert_close(layer_norm(x, normalized_shape, weight=weight, bias=bias, eps=1e-3), expected)
+    torch.testing.assert_close(layer_norm(x, normalized_shape), torch.nn.functional.layer_norm(x, (7,)))
+
+
+def test_layer_norm_says_it_normalises_over_the_last_dimension_only():
+    x = torch.randn(3, 5, 7, device=DEVICE)
+    with pytest.raises(ValueError, match=r"layer_norm: normalized_shape must be the last dimension of x, \(7,\)"):
+        layer_norm(x, (5,))
+    with pytest.raises(ValueError, match="layer_norm: normalizes over the last dimension only"):
+        layer_norm(x, (5, 7))
+    with pytest.raises(ValueError, match=r"layer_norm: weight must have shape \(N,\)"):
+        layer_norm(x, 7, torch.ones(5, device=DEVICE))

@@ -304,3 +304,23 @@ def test_a_head_dim_whose_stride_times_its_index_passes_2_31(tmp_path):
     k, v = (torch.randn(1, 1, 3, 8, device=DEVICE) for _ in range(2))
     expected = references.local_causal_attention(q.double(), k.double(), v.double(), 2)
     assert_matches(local_causal_attention(q, k, v, 2), expected, torch.float32, length=4)
+
+
+@pytest.mark.parametrize("scale", [None, 0.25, 1.0])
+def test_scale_sets_the_scores_factor(scale):
+    q, k, v = (torch.randn(2, 3, 11, 16, device=DEVICE, requires_grad=True) for _ in "qkv")
+    out = local_causal_attention(q, k, v, 4, scale=scale)
+    expected = references.local_causal_attention(*(t.double() for t in (q, k, v)), 4, scale=scale)
+    torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)
+    grads = torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
+    expected_grads = torch.autograd.grad(expected, (q, k, v), torch.ones_like(expected))
+    for got, wanted in zip(grads, expected_grads):
+        torch.testing.assert_close(got, wanted, atol=1e-5, rtol=1e-5)
+
+
+def test_scale_must_be_a_finite_number():
+    q = torch.randn(1, 1, 4, 8, device=DEVICE)
+    with pytest.raises(TypeError, match="local_causal_attention: scale must be a number or None, got str"):
+        local_causal_attention(q, q, q, 2, scale="0.5")
+    with pytest.raises(ValueError, match="local_causal_attention: scale must be finite, got inf"):
+        local_causal_attention(q, q, q, 2, scale=float("inf"))

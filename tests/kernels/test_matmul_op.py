@@ -228,7 +228,7 @@ OK_B = torch.randn(3, 5, device=DEVICE)
     ((OK.cpu().numpy(), OK_B), {}, TypeError, "matmul: a must be a torch.Tensor, got ndarray"),
     ((OK, OK_B.to("meta")), {}, ValueError, "matmul: b is on meta"),
     ((OK.long(), OK_B), {}, TypeError, "a has dtype torch.int64; accepted: float32, float16, bfloat16"),
-    ((OK.double(), OK_B.double()), {}, TypeError, "a has dtype torch.float64"),
+    ((OK.double(), OK_B), {}, TypeError, "b has dtype torch.float32 but a has torch.float64; cast one"),
     ((OK, OK_B.half()), {}, TypeError, "b has dtype torch.float16 but a has torch.float32; cast one"),
     ((OK[0], OK_B), {}, ValueError, r"a must have at least 2 dimension\(s\), got shape \(3,\)"),
     ((OK, OK_B[None]), {}, ValueError, r"b must have 2 dimensions \(K, N\), got shape \(1, 3, 5\)"),
@@ -242,7 +242,7 @@ OK_B = torch.randn(3, 5, device=DEVICE)
     ((OK, OK_B), {"bias": [1.0] * 5}, TypeError, "bias must be a torch.Tensor, got list"),
     ((OK, OK_B), {"activation": "tanh"}, ValueError, "unknown activation 'tanh'; accepted: None, 'relu', 'gelu'"),
     ((OK, OK_B), {"activation": torch.relu}, ValueError, "unknown activation"),
-], ids=["numpy", "device", "int64", "float64", "mixed dtypes", "a 1-D", "b 3-D", "inner sizes", "bias length",
+], ids=["numpy", "device", "int64", "float64 and float32", "mixed dtypes", "a 1-D", "b 3-D", "inner sizes", "bias length",
         "bias 2-D", "bias dtype", "bias list", "activation name", "activation function"])
 def test_rejects_bad_input(args, kwargs, error, match):
     with pytest.raises(error, match=match):

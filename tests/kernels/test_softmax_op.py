@@ -459,7 +459,7 @@ def test_compiled_refuses_bad_input():
 def test_operators_pass_opcheck(causal):
     x = torch.randn(3, 9, 9, device=DEVICE, requires_grad=True)
     torch.library.opcheck(torch.ops.course_lib.softmax.default, (x, causal, 0))
-    y = softmax(x.detach(), causal)
+    y = softmax(x.detach(), causal=causal)
     torch.library.opcheck(torch.ops.course_lib.softmax_backward.default, (y, torch.randn_like(y), causal, 0))
 
 
@@ -512,3 +512,29 @@ def test_causal_softmax_compiles_with_dynamic_shapes():
 def test_backward_operator_names_y():
     with pytest.raises(ValueError, match=r"softmax_backward: y must have at least 2 dimension"):
         torch.ops.course_lib.softmax_backward(torch.randn(8, device=DEVICE), torch.randn(8, device=DEVICE), True, 0)
+
+
+# --------------------------------------------------------- PyTorch's calling convention
+
+
+@pytest.mark.parametrize("dim", [0, 1, -2, 2, -1])
+def test_softmax_takes_any_dim_as_torch_does(dim):
+    x = torch.randn(3, 4, 5, device=DEVICE, requires_grad=True)
+    y = softmax(x, dim)
+    torch.testing.assert_close(y, torch.softmax(x, dim))
+    torch.testing.assert_close(softmax(x, dim=dim), y)
+    (grad,) = torch.autograd.grad(y, x, torch.ones_like(y) * torch.arange(5, device=DEVICE))
+    (expected,) = torch.autograd.grad(torch.softmax(x, dim), x, torch.ones_like(y) * torch.arange(5, device=DEVICE))
+    torch.testing.assert_close(grad, expected)
+
+
+def test_softmax_refuses_a_dim_that_is_not_one_of_x_naming_it():
+    x = torch.randn(3, 4, device=DEVICE)
+    with pytest.raises(IndexError, match=r"softmax: dim must be in \[-2, 1\] for x of shape \(3, 4\), got 2"):
+        softmax(x, 2)
+    with pytest.raises(TypeError, match="softmax: dim must be an int, got float 1.0"):
+        softmax(x, 1.0)
+    with pytest.raises(TypeError, match=r"causal is keyword-only: softmax\(x, causal=True\)"):
+        softmax(x, True)
+    with pytest.raises(ValueError, match="causal_softmax: a causal softmax runs over the last dimension"):
+        softmax(torch.randn(2, 3, 3, device=DEVICE), 1, causal=True)

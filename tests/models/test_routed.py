@@ -513,11 +513,16 @@ def test_top_k_routing_refuses_flags_that_are_not_bools(flag, value):
         routed.top_k_routing(torch.randn(2, 10, device=DEVICE), 2, **{flag: value})
 
 
+@pytest.mark.filterwarnings("ignore:Complex modules are a new feature")
 def test_router_errors_name_the_router():
     router = routed.CoordinateDescentRouter(4).to(DEVICE)
     with pytest.raises(TypeError, match="CoordinateDescentRouter: sequence_order must be True or False"):
         router(torch.randn(2, 6, 4, device=DEVICE), num_tokens=2, sequence_order=None)
-    with pytest.raises(TypeError, match="CoordinateDescentRouter: the module is in torch.float64, which the kernels"):
-        router.double()(torch.randn(2, 6, 4, device=DEVICE, dtype=torch.float64), num_tokens=2)
+    complex_router = routed.CoordinateDescentRouter(4).to(DEVICE, torch.complex64)
+    with pytest.raises(TypeError, match="CoordinateDescentRouter: the module is in torch.complex64, which the kernels"):
+        complex_router(torch.zeros(2, 6, 4, device=DEVICE, dtype=torch.complex64), num_tokens=2)
+    # float64: the kernels' functions compute with the PyTorch references (tests/test_gradcheck.py).
+    double_router = routed.CoordinateDescentRouter(4).to(DEVICE, torch.float64)
+    assert double_router(torch.randn(2, 6, 4, device=DEVICE, dtype=torch.float64), num_tokens=2).tokens.shape == (2, 2, 4)
     with pytest.raises(ValueError, match="top_k_routing: n_iters must be at least 1, got 0"):
         routed.top_k_routing(torch.randn(2, 10, device=DEVICE), 2, n_iters=0)

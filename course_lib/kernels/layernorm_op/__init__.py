@@ -2,6 +2,6 @@
 public function, which hands rows wider than a tile to ``wide``; ``parts`` holds the
 tile plans and the ``@triton.jit`` pieces both share."""
 
-from .tiled import LayerNorm, layernorm
+from .tiled import LayerNorm, layer_norm, layernorm
 
-__all__ = ["layernorm", "LayerNorm"]
+__all__ = ["layernorm", "layer_norm", "LayerNorm"]

@@ -37,13 +37,13 @@ from torch import nn
 from .parts import (backward_config, column_block, first_values, forward_tiles, grad_x_of,
                               load_backward_rows, partial_rows, store_partial_row, stride_of, xhat_of)
 from .wide import backward_split_rows, backward_two_stages, can_split_rows, layernorm_forward_looped_kernel
+from ...core import references
 from ...core.operator import kernel_op
 from ...core.rows import as_rows, known_multiple_of, shaped_like, sum_partial_rows, width_hint
 from ...core.runtime import cdiv, is_cooperative_refusal, launch, multiprocessor_count
-from ...core.validation import (FLOAT_DTYPES, INT32_LIMIT, check_index_range, check_like, check_same_device,
-                                check_tensor, first_order_only, first_order_only_as, held_for_first_order_only,
-                                on_device_of,
-                                wants_gradient)
+from ...core.validation import (FLOAT_DTYPES, INT32_LIMIT, PUBLIC_DTYPES, _names, check_index_range, check_like,
+                                check_same_device, check_tensor, first_order_only, first_order_only_as,
+                                held_for_first_order_only, on_device_of, runs_reference, wants_gradient)
 
 # ---------------------------------------------------------------------------- kernels
 
@@ -374,16 +374,17 @@ class StableLayerNormFunction(torch.autograd.Function):
 # ------------------------------------------------------------------------------ public
 
 
-def _check_inputs(op, x, gamma, beta, eps, names=("gamma", "beta"), any_float_params=False):
+def _check_inputs(op, x, gamma, beta, eps, names=("gamma", "beta"), any_float_params=False, dtypes=FLOAT_DTYPES):
     """``names``: what the caller calls gamma and beta (the module's weight and bias).
     ``any_float_params``: the operator's check, which takes gamma and beta in any float
-    dtype (the stable option hands it x divided by its row maxima, in float32)."""
-    check_tensor(op, "x", x)
+    dtype (the stable option hands it x divided by its row maxima, in float32).
+    ``dtypes``: the kernels' (the operators' check), or the public functions', float64 too."""
+    check_tensor(op, "x", x, dtypes=dtypes)
     n_cols = x.shape[-1]
     for name, param in zip(names, (gamma, beta)):
         if param is None:
             continue
-        check_tensor(op, name, param)
+        check_tensor(op, name, param, dtypes=dtypes)
         check_same_device(op, x=x, **{name: param})
         if param.dtype not in (FLOAT_DTYPES if any_float_params else (x.dtype, torch.float32)):
             raise TypeError(
@@ -424,19 +425,96 @@ def _check_flag(op, name, flag):
 def layernorm(x, gamma, beta=None, eps=1e-5, stable=False):
     """LayerNorm over the last dimension with Triton kernels, differentiable in x, gamma, beta.
 
-    x: (..., N) float32, float16 or bfloat16, any strides. gamma, beta: (N,) on x's
-    device, of x's dtype or float32 (mixed precision: their gradients keep their dtype),
-    or None for no scale or no shift. Statistics in float32 (biased variance, as torch);
-    returns x's shape and dtype, also under autocast. ``stable=True`` first divides each
-    row by its maximum, as the seed did (a row whose maximum is 0 gives NaN).
+    Statistics in float32 (biased variance, as torch); float64 inputs (on any device) are
+    computed by the PyTorch reference instead, differentiable to any order. The result
+    keeps x's dtype, also under autocast. :func:`layer_norm` takes
+    ``F.layer_norm``'s arguments.
+
+    Args:
+        x (Tensor): float32, float16, bfloat16 or float64, any strides.
+        gamma (Tensor or None): the scale, on x's device, of x's dtype or float32 (mixed
+            precision: its gradient keeps its dtype); None for no scale.
+        beta (Tensor or None): the shift, as gamma; None for no shift.
+        eps (float): added to the variance.
+        stable (bool): first divide each row by its maximum, as the seed did (a row whose
+            maximum is 0 gives NaN).
+
+    Shape:
+        - x: (..., N)
+        - gamma, beta: (N,)
+        - Output: x's shape
+
+    Returns:
+        Tensor: the normalised rows, scaled and shifted, in x's dtype.
+
+    Example::
+
+        >>> x = torch.randn(4, 16)
+        >>> y = layernorm(x, torch.ones(16), torch.zeros(16))
+        >>> torch.allclose(y, torch.nn.functional.layer_norm(x, (16,)), atol=1e-5)
+        True
     """
     return _layernorm("layernorm", ("gamma", "beta"), x, gamma, beta, eps, stable)
 
 
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """``torch.nn.functional.layer_norm`` with course_lib's kernels: :func:`layernorm` with
+    torch's arguments, over the last dimension only.
+
+    Args:
+        x (Tensor): float32, float16, bfloat16 or float64, any strides.
+        normalized_shape (int or tuple of one int): the last dimension of x, N; the kernels
+            normalise over the last dimension only.
+        weight (Tensor or None): the scale (torch's name for gamma), of x's dtype or float32.
+        bias (Tensor or None): the shift (beta), as weight.
+        eps (float): added to the variance.
+
+    Shape:
+        - x: (..., N)
+        - weight, bias: (N,)
+        - Output: x's shape
+
+    Returns:
+        Tensor: the normalised rows, scaled and shifted, in x's dtype.
+
+    Example::
+
+        >>> x = torch.randn(4, 16)
+        >>> y = layer_norm(x, (16,), torch.ones(16), torch.zeros(16))
+        >>> torch.allclose(y, torch.nn.functional.layer_norm(x, (16,)), atol=1e-5)
+        True
+    """
+    op = "layer_norm"
+    check_tensor(op, "x", x, dtypes=PUBLIC_DTYPES)
+    shape = _normalized_shape(op, normalized_shape)
+    if shape[0] != x.shape[-1]:
+        raise ValueError(f"{op}: normalized_shape must be the last dimension of x, ({x.shape[-1]},), as the kernels "
+                         f"normalise over the last dimension only; got {normalized_shape!r} for x of shape "
+                         f"{tuple(x.shape)}")
+    return _layernorm(op, ("weight", "bias"), x, weight, bias, eps, False)
+
+
+def _normalized_shape(op, normalized_shape):
+    """normalized_shape as a 1-tuple: an int or a sequence of one (the last dimension)."""
+    is_count = isinstance(normalized_shape, numbers.Integral) and not isinstance(normalized_shape, bool)
+    shape = (normalized_shape,) if is_count else normalized_shape
+    if not isinstance(shape, (tuple, list, torch.Size)) or any(
+            isinstance(n, bool) or not isinstance(n, numbers.Integral) for n in shape):
+        raise TypeError(f"{op}: normalized_shape must be an int or a 1-tuple of one; got {normalized_shape!r}")
+    if len(shape) != 1:
+        raise ValueError(
+            f"{op}: normalizes over the last dimension only, so normalized_shape must be "
+            f"an int or a 1-tuple; got {normalized_shape!r}"
+        )
+    return (int(shape[0]),)
+
+
 def _layernorm(op, names, x, gamma, beta, eps, stable):
-    _check_inputs(op, x, gamma, beta, eps, names)
+    _check_inputs(op, x, gamma, beta, eps, names, dtypes=PUBLIC_DTYPES)
     _check_flag(op, "stable", stable)
     eps = float(eps)
+    if runs_reference(x):
+        return references.layernorm(x, gamma, beta, eps, stable)
     if torch.compiler.is_compiling():
         # With stable, inductor differentiates the division itself: traced by it,
         # StableLayerNormFunction's backward gave wrong float32 gradients of x (torch 2.11).
@@ -453,31 +531,43 @@ class LayerNorm(nn.Module):
     """A stand-in for ``torch.nn.LayerNorm`` over the last dimension, on course_lib's kernels.
 
     Same arguments, parameters (``weight``, ``bias``) and state dict as torch's, plus
-    ``stable`` (the seed's division by the row maximum).
+    ``stable`` (the seed's division by the row maximum). In float64 (``dtype=`` or
+    ``.double()``) it computes with the PyTorch reference, differentiable to any order.
+
+    Args:
+        normalized_shape (int or tuple of one int): the last dimension N of the input.
+        eps (float): added to the variance.
+        elementwise_affine (bool): learn ``weight`` (ones) and ``bias`` (zeros).
+        bias (bool): learn ``bias`` too (with elementwise_affine).
+        device, dtype: of the parameters (float32, float16, bfloat16 or float64).
+        stable (bool): divide each row by its maximum first.
+
+    Shape:
+        - Input: (..., N)
+        - Output: the input's shape and dtype
+
+    Returns:
+        LayerNorm: the module; call it on x.
+
+    Example::
+
+        >>> norm = LayerNorm(16)
+        >>> norm(torch.randn(4, 16)).shape
+        torch.Size([4, 16])
     """
 
     def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True,
                  device=None, dtype=None, stable=False):
         super().__init__()
         op = "LayerNorm"
-        is_count = isinstance(normalized_shape, numbers.Integral) and not isinstance(normalized_shape, bool)
-        shape = (normalized_shape,) if is_count else normalized_shape
-        if not isinstance(shape, (tuple, list, torch.Size)) or any(
-                isinstance(n, bool) or not isinstance(n, numbers.Integral) for n in shape):
-            raise TypeError(f"{op}: normalized_shape must be an int or a 1-tuple of one; got {normalized_shape!r}")
-        if len(shape) != 1:
-            raise ValueError(
-                f"{op}: normalizes over the last dimension only, so normalized_shape must be "
-                f"an int or a 1-tuple; got {normalized_shape!r}"
-            )
-        shape = (int(shape[0]),)
+        shape = _normalized_shape(op, normalized_shape)
         if shape[0] < 1:
             raise ValueError(f"{op}: normalized_shape must be at least 1, got {shape[0]}")
         _check_eps(op, eps)
         for name, flag in (("stable", stable), ("elementwise_affine", elementwise_affine), ("bias", bias)):
             _check_flag(op, name, flag)
-        if dtype is not None and dtype not in FLOAT_DTYPES:
-            raise TypeError(f"{op}: dtype must be float32, float16 or bfloat16 (the kernels' dtypes), got {dtype}")
+        if dtype is not None and dtype not in PUBLIC_DTYPES:
+            raise TypeError(f"{op}: dtype must be {_names(PUBLIC_DTYPES)} (float64 computed by PyTorch), got {dtype}")
         self.normalized_shape = shape
         self.eps = eps
         self.elementwise_affine = elementwise_affine
@@ -503,7 +593,7 @@ class LayerNorm(nn.Module):
         any strides. Returns a tensor of x's shape and dtype; gradients flow to x, ``weight``
         and ``bias``. Bad input raises naming what was wrong.
         """
-        check_tensor("LayerNorm", "x", x)
+        check_tensor("LayerNorm", "x", x, dtypes=PUBLIC_DTYPES)
         if x.shape[-1] != self.normalized_shape[0]:
             raise ValueError(
                 f"LayerNorm: expected x of shape (..., {self.normalized_shape[0]}), got {tuple(x.shape)}"
