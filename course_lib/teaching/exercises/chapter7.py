@@ -410,18 +410,15 @@ def _course_lib_attention(q4, k4, v4):
     return course_lib.local_causal_attention(q4, k4, v4, COURSE_LIB_WINDOW)
 
 
-def check_local_attention_forward(local_attention_forward_kernel):
-    """Exercise 7.2: ``local_attention_forward_kernel``, launched by
-    :func:`launch_local_attention_forward`, writes softmax(q kᵀ / sqrt(d)) v where query i
-    sees keys i - window < j <= i, for bfloat16 q, k and v on the tensor cores, and each
-    query's log-sum-exp."""
-    name = "Exercise 7.2 (local_attention_forward_kernel)"
-    kernel = require_kernel(name, local_attention_forward_kernel, "local_attention_forward_kernel")
-    # (batch·heads, n, head_dim, window, BLOCK_Q, BLOCK_K, q, k and v views of one (bh, n, 3 d) tensor)
-    cases = [(2, 37, 16, 5, 16, 16, False), (3, 29, 32, 1, 16, 16, False), (1, 45, 16, 50, 16, 16, False),
-             (2, 40, 32, 7, 32, 16, False), (2, 21, 16, 9, 16, 16, True), (1, 1, 16, 3, 16, 16, False)]
-    cases += hidden_case(lambda: (lambda n: (random_size(1, 3), n, 16 * random_size(1, 2), random_size(1, n + 5),
-                                             16, 16, False))(random_size(2, 60)))
+def _with_a_hidden_attention_case(cases):
+    """7.2's and 7.3's listed cases, and a case of hidden size when grading."""
+    return cases + hidden_case(lambda: (lambda n: (random_size(1, 3), n, 16 * random_size(1, 2),
+                                                   random_size(1, n + 5), 16, 16, False))(random_size(2, 60)))
+
+
+def _listed_attention_cases(name, cases):
+    """(what, (q, k, v), window, BLOCK_Q, BLOCK_K) for each case of 7.2 and 7.3: q, k and v
+    bfloat16, or views of one projection where the case says."""
     for heads, seq_len, head_dim, window, block_q, block_k, fused in cases:
         what = (f"{name}, {heads} head{'s' * (heads > 1)} of {seq_len} token{'s' * (seq_len > 1)}, "
                 f"head_dim {head_dim}, window {window}, BLOCK_Q {block_q}, BLOCK_K {block_k}")
@@ -430,6 +427,21 @@ def check_local_attention_forward(local_attention_forward_kernel):
             what += f", q, k and v views whose rows are {q.stride(1)} elements apart"
         else:
             q, k, v = (_bf16(heads, seq_len, head_dim) for _ in range(3))
+        yield what, (q, k, v), window, block_q, block_k
+
+
+def check_local_attention_forward(local_attention_forward_kernel):
+    """Exercise 7.2: ``local_attention_forward_kernel``, launched by
+    :func:`launch_local_attention_forward`, writes softmax(q kᵀ / sqrt(d)) v where query i
+    sees keys i - window < j <= i, for bfloat16 q, k and v on the tensor cores, and each
+    query's log-sum-exp."""
+    name = "Exercise 7.2 (local_attention_forward_kernel)"
+    kernel = require_kernel(name, local_attention_forward_kernel, "local_attention_forward_kernel")
+    # (batch·heads, n, head_dim, window, BLOCK_Q, BLOCK_K, q, k and v views of one (bh, n, 3 d) tensor)
+    cases = _with_a_hidden_attention_case([
+        (2, 37, 16, 5, 16, 16, False), (3, 29, 32, 1, 16, 16, False), (1, 45, 16, 50, 16, 16, False),
+        (2, 40, 32, 7, 32, 16, False), (2, 21, 16, 9, 16, 16, True), (1, 1, 16, 3, 16, 16, False)])
+    for what, (q, k, v), window, block_q, block_k in _listed_attention_cases(name, cases):
         expected = _forward_reference(q, k, v, window)
         for how, got in _attention_runs(name, launch_local_attention_forward, kernel, q, k, v, window, None,
                                         block_q, block_k):
@@ -637,18 +649,10 @@ def check_local_attention_backward(local_attention_backward_kernel):
     name = "Exercise 7.3 (local_attention_backward_kernel)"
     kernel = require_kernel(name, local_attention_backward_kernel, "local_attention_backward_kernel")
     # (batch·heads, n, head_dim, window, BLOCK_Q, BLOCK_K, q, k and v views of one (bh, n, 3 d) tensor)
-    cases = [(2, 37, 16, 5, 16, 16, False), (1, 45, 16, 50, 16, 16, False), (2, 40, 32, 7, 32, 16, False),
-             (1, 40, 16, 12, 16, 32, False), (2, 21, 16, 9, 16, 16, True), (1, 1, 16, 3, 16, 16, False)]
-    cases += hidden_case(lambda: (lambda n: (random_size(1, 3), n, 16 * random_size(1, 2), random_size(1, n + 5),
-                                             16, 16, False))(random_size(2, 60)))
-    for heads, seq_len, head_dim, window, block_q, block_k, fused in cases:
-        what = (f"{name}, {heads} head{'s' * (heads > 1)} of {seq_len} token{'s' * (seq_len > 1)}, "
-                f"head_dim {head_dim}, window {window}, BLOCK_Q {block_q}, BLOCK_K {block_k}")
-        if fused:  # q, k and v as the thirds of one projection: their rows are 3 * head_dim apart
-            q, k, v = _bf16(heads, seq_len, 3 * head_dim).split(head_dim, dim=-1)
-            what += f", q, k and v views whose rows are {q.stride(1)} elements apart"
-        else:
-            q, k, v = (_bf16(heads, seq_len, head_dim) for _ in range(3))
+    cases = _with_a_hidden_attention_case([
+        (2, 37, 16, 5, 16, 16, False), (1, 45, 16, 50, 16, 16, False), (2, 40, 32, 7, 32, 16, False),
+        (1, 40, 16, 12, 16, 32, False), (2, 21, 16, 9, 16, 16, True), (1, 1, 16, 3, 16, 16, False)])
+    for what, (q, k, v), window, block_q, block_k in _listed_attention_cases(name, cases):
         inputs = (q, k, v, *_backward_inputs(q, k, v, window))
         expected = _backward_reference(q, k, v, inputs[4], window)
         for how, got in _attention_runs(name, launch_local_attention_backward, kernel, *inputs, window, None,
