@@ -90,32 +90,65 @@ def _interpret_triton_library():
     interpret_jit_functions(triton_language_namespaces())
 
 
-def interpreter_multiplies_bfloat16():
-    """Make the interpreter's ``tl.dot`` right for bfloat16 tiles (idempotent).
+def interpreter_computes_bfloat16():
+    """Make the interpreter compute bfloat16 tiles as a GPU does (idempotent).
 
-    The interpreter keeps a bfloat16 tile as its raw 16 bits (NumPy has no bfloat16) and
-    ``tl.dot`` multiplies those bits as integers: garbage, where a GPU's tensor cores give
-    the product. The bits are widened to float32 first, which is exact (a bfloat16 is the
-    top half of a float32), so a right bfloat16 kernel is right under the interpreter too."""
+    The interpreter keeps a bfloat16 tile as its raw 16 bits (NumPy has no bfloat16), and
+    its ``tl.dot``, arithmetic and math functions then work on those bits as integers:
+    garbage, where a GPU computes. Triton 3.6 and 3.7 also have no bfloat16 scalars, so
+    ``tile * scale`` stops. Here each such operation widens its bfloat16 operands to float32
+    (exact: a bfloat16 is the top half of a float32), computes, and rounds a bfloat16 result
+    back to nearest even, so a right bfloat16 kernel is right under the interpreter too."""
     import numpy as np
     import triton.language as tl
     from triton.runtime.interpreter import InterpreterBuilder, TensorHandle
 
-    create_dot = InterpreterBuilder.create_dot
-    if getattr(create_dot, "widens_bfloat16", False):
+    if getattr(InterpreterBuilder, "computes_bfloat16", False):
         return
+    comparisons = {np.less, np.greater, np.less_equal, np.greater_equal, np.equal, np.not_equal}
+
+    def is_bfloat16(handle):
+        return handle.dtype.scalar == tl.bfloat16
 
     def widened(handle):
-        if handle.dtype.scalar != tl.bfloat16:
+        if not is_bfloat16(handle):
             return handle
         return TensorHandle((handle.data.astype(np.uint32) << 16).view(np.float32), tl.float32)
 
-    @functools.wraps(create_dot)
-    def create_dot_widening_bfloat16(self, a, b, d, input_precision, max_num_imprecise_acc):
+    def narrowed(handle):
+        values = np.asarray(handle.data, dtype=np.float32)
+        bits = values.view(np.uint32)
+        rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+        return TensorHandle(np.where(np.isnan(values), np.uint16(0x7FC0), rounded), tl.bfloat16)
+
+    create_dot, binary_op, unary_op, create_fma = (InterpreterBuilder.create_dot, InterpreterBuilder.binary_op,
+                                                   InterpreterBuilder.unary_op, InterpreterBuilder.create_fma)
+
+    def dot(self, a, b, d, input_precision, max_num_imprecise_acc):
         return create_dot(self, widened(a), widened(b), d, input_precision, max_num_imprecise_acc)
 
-    create_dot_widening_bfloat16.widens_bfloat16 = True
-    InterpreterBuilder.create_dot = create_dot_widening_bfloat16
+    def binary(self, lhs, rhs, op):
+        if not (is_bfloat16(lhs) and is_bfloat16(rhs)):
+            return binary_op(self, lhs, rhs, op)
+        result = binary_op(self, widened(lhs), widened(rhs), op)
+        return result if op in comparisons else narrowed(result)
+
+    def unary(self, arg, op):
+        return narrowed(unary_op(self, widened(arg), op)) if is_bfloat16(arg) else unary_op(self, arg, op)
+
+    def fma(self, x, y, z):
+        if not is_bfloat16(z):
+            return create_fma(self, x, y, z)
+        return narrowed(create_fma(self, widened(x), widened(y), widened(z)))
+
+    def get_bf16(self, value):
+        return narrowed(TensorHandle(np.array([value], dtype=np.float32), tl.float32))
+
+    for name, function in (("create_dot", dot), ("binary_op", binary), ("unary_op", unary), ("create_fma", fma)):
+        setattr(InterpreterBuilder, name, functools.wraps(getattr(InterpreterBuilder, name))(function))
+    if not hasattr(InterpreterBuilder, "get_bf16"):  # Triton 3.6 and 3.7 have none
+        InterpreterBuilder.get_bf16 = get_bf16
+    InterpreterBuilder.computes_bfloat16 = True
 
 
 def _select_interpreter():
@@ -158,7 +191,7 @@ def _wrap_triton_takes_interpreted_kernels():
 
 if not ON_GPU:
     _wrap_triton_takes_interpreted_kernels()
-    interpreter_multiplies_bfloat16()
+    interpreter_computes_bfloat16()
 
 
 def _version(text):

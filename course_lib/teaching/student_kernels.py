@@ -28,7 +28,7 @@ import threading
 
 import torch
 
-from ..core.runtime import ON_GPU, interpret_jit_functions, interpreter_multiplies_bfloat16, triton_language_namespaces
+from ..core.runtime import ON_GPU, interpret_jit_functions, interpreter_computes_bfloat16, triton_language_namespaces
 from .checking import ExerciseError, run_student_code
 from .notebook import fit_text
 
@@ -121,7 +121,7 @@ def interpreted(kernel):
     if isinstance(kernel, InterpretedFunction):  # TRITON_INTERPRET=1: already interpreted
         yield kernel
         return
-    interpreter_multiplies_bfloat16()  # a GPU machine's interpreted pass multiplies bfloat16 tiles too
+    interpreter_computes_bfloat16()  # a GPU machine's interpreted pass computes bfloat16 tiles too
     runtime_knobs = triton.knobs.runtime
     was_interpreting = runtime_knobs.interpret
     with _interpreter_patches_undone():

@@ -248,3 +248,24 @@ def test_tl_dot_of_16_bit_tiles_is_their_product_interpreted_or_compiled(dtype):
         out = torch.empty(16, 16, device=runtime.DEVICE)
         _tile_product_kernel[(1,)](a, b, out, SIZE=16)
         torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+@triton.jit
+def _bfloat16_arithmetic_kernel(x_ptr, y_ptr, out_ptr, scale, SIZE: tl.constexpr):
+    offsets = tl.arange(0, SIZE)
+    x, y = tl.load(x_ptr + offsets), tl.load(y_ptr + offsets)
+    result = tl.where(x > y, x * scale + y, x - y * y)
+    tl.store(out_ptr + offsets, result)
+
+
+def test_bfloat16_arithmetic_is_a_gpus_under_the_interpreter():
+    # On bfloat16 tiles the interpreter computed with the raw 16-bit patterns (or stopped at a scalar).
+    from course_lib.teaching.student_kernels import interpreted
+
+    x, y = (torch.randn(64, device=runtime.DEVICE).bfloat16() for _ in range(2))
+    scale = 0.37
+    expected = torch.where(x > y, x * scale + y, x - y * y)  # PyTorch's bfloat16, rounded each step
+    with interpreted(_bfloat16_arithmetic_kernel) as kernel:
+        out = torch.empty_like(x)
+        kernel[(1,)](x, y, out, scale, SIZE=64)
+    torch.testing.assert_close(out.float(), expected.float(), rtol=2e-2, atol=2e-2)

@@ -143,24 +143,13 @@ BF16_RTOL = BF16_ATOL = 2e-2
 # The log-sum-exp is float32 from float32 sums of exact products: much tighter.
 LSE_RTOL = LSE_ATOL = 1e-3
 
-BF16_ARITHMETIC_HINT = ("Triton's interpreter keeps bfloat16 values as 16-bit integers and does no arithmetic "
-                        "on them: convert a loaded tile with .to(tl.float32) before any arithmetic other than "
-                        "tl.dot, tl.trans and .to() (the softmax belongs in float32 anyway)")
-
-
 def _attention_runs(name, launch, kernel, *args):
-    """kernel_runs for the attention exercises (the interpreter's bfloat16 products are made
-    right by course_lib.core.runtime): its warnings quiet (padded query rows compute 0 / 0
-    and -inf - (-inf) under NumPy; they are never stored), and a crash on bfloat16
-    arithmetic explained."""
+    """kernel_runs for the attention exercises, the interpreter's warnings quiet: padded query
+    rows compute 0 / 0 and -inf - (-inf) under NumPy, and they are never stored. (Its bfloat16
+    arithmetic is made a GPU's by course_lib.core.runtime.)"""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        try:
-            yield from kernel_runs(name, launch, kernel, *args)
-        except ExerciseError as error:
-            if "get_bf16" not in str(error):
-                raise
-            raise _with_hint(error, BF16_ARITHMETIC_HINT) from None
+        yield from kernel_runs(name, launch, kernel, *args)
 
 
 def _bf16(*shape, shift=0.0, spread=1.0):
