@@ -6,7 +6,13 @@ import zlib
 import pytest
 import torch
 
+from course_lib.core import runtime
 from course_lib.core.runtime import DEVICE, ON_GPU
+
+# Without a GPU the tests run the kernels in Triton's interpreter (not PyTorch's references,
+# which course_lib computes CPU tensors with otherwise): switched on before any test module
+# defines a kernel.
+runtime.use_interpreter()
 
 # Tolerances against a float64 reference: float32 math lands far below 1e-5;
 # float16 and bfloat16 outputs carry one rounding of 2**-11 and 2**-8.

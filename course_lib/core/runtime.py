@@ -1,13 +1,14 @@
-"""Where course_lib's kernels run, chosen once, before any kernel is defined.
+"""Where course_lib's kernels run, and the one switch to Triton's CPU interpreter.
 
-On a CUDA GPU of compute capability 8.0 or newer the kernels are compiled. Anywhere
-else (no GPU, or a GPU Triton does not support, such as Colab's T4) they run in
-Triton's CPU interpreter on CPU tensors. The interpreter is selected by the
-``TRITON_INTERPRET`` environment variable, which Triton reads when ``@triton.jit``
-runs, so this module must be imported before any kernel module: ``course_lib``'s
-``__init__`` does that, and notebooks import ``course_lib`` before defining kernels.
-Triton itself may come first (``torch.compile`` imports it): its own ``@jit`` helpers are
-then made interpreted too.
+On a CUDA GPU of compute capability 8.0 or newer the kernels are compiled. Elsewhere (no
+GPU, or one Triton does not support, such as Colab's T4) course_lib computes CPU tensors
+with its PyTorch references (``core.references``): fast, and differentiable to any
+order. The course's notebooks and tests run the kernels themselves there, in Triton's
+CPU interpreter, by calling :func:`use_interpreter` first (or by setting
+``TRITON_INTERPRET=1`` before importing course_lib); :func:`stop_interpreter` undoes it.
+
+Importing this module changes nothing in ``triton`` or ``torch``: whatever the
+interpreter needs is installed by that call, and put back by its undo.
 """
 
 import contextlib
@@ -40,8 +41,9 @@ def _choose_backend():
             "(an A100, L4, RTX 30xx or later)"
         )
         warnings.warn(
-            f"course_lib: {reason}; running kernels in Triton's CPU interpreter instead, "
-            "on CPU tensors and small sizes. On Colab choose an A100 or L4 runtime to use the GPU.",
+            f"course_lib: {reason}; CPU tensors are computed by PyTorch instead (or by the kernels in "
+            "Triton's CPU interpreter, at small sizes, after course_lib.runtime.use_interpreter()). "
+            "On Colab choose an A100 or L4 runtime to use the GPU.",
             stacklevel=3,
         )
         return False, reason
@@ -78,16 +80,46 @@ def interpret_jit_functions(namespaces):
     return replaced
 
 
-def _interpret_triton_library():
-    """Make an already imported triton interpret its own library too.
+def _index_of_one_element(tensor):
+    """An interpreted scalar as a Python int (``range(0, n_rows, BLOCK)`` in a kernel)."""
+    return int(tensor.handle.data.reshape(-1)[0])
 
-    Triton's helpers (``tl.max``, ``tl.sum``, ``tl.softmax``, ...) are ``@jit`` functions
-    built when ``triton.language`` is imported. Built before TRITON_INTERPRET was set (say
-    ``torch._dynamo`` imported triton first), they are compiled-mode functions, and an
-    interpreted kernel calling them fails with "Cannot call @triton.jit'd outside of the
-    scope of a kernel". They are replaced for good by their interpreted functions.
-    """
-    interpret_jit_functions(triton_language_namespaces())
+
+@contextlib.contextmanager
+def interpreter_patches_undone():
+    """Undo, when the block ends, every attribute Triton's interpreter patched inside it.
+
+    The interpreter swaps triton.language's builtins for its own while it runs. A launch
+    puts them back, but a ``@jit`` helper called from an interpreted kernel patches the
+    modules of its own globals and leaves them so (harmless when everything is
+    interpreted). On a GPU machine the next *compiled* kernel would then meet interpreter
+    functions and fail to compile, so the first value of each patched attribute is kept
+    and put back at the end, whatever order the interpreter's own restores ran in."""
+    from triton.runtime import interpreter
+
+    scope_type = getattr(interpreter, "_LangPatchScope", None)
+    if scope_type is None:  # a Triton whose interpreter keeps no record: nothing to hook
+        yield
+        return
+    missing, first_values, set_attr = object(), {}, scope_type.set_attr
+
+    def recording_set_attr(self, obj, name, value):
+        first_values.setdefault((id(obj), name), (obj, name, getattr(obj, name, missing)))
+        if name == "__index__":  # Triton 3.6 converts a one-element array with int(), which NumPy 2.4 refuses
+            value = _index_of_one_element
+        set_attr(self, obj, name, value)
+
+    scope_type.set_attr = recording_set_attr
+    try:
+        yield
+    finally:
+        scope_type.set_attr = set_attr
+        for obj, name, value in first_values.values():
+            if value is missing:
+                if hasattr(obj, name):
+                    delattr(obj, name)
+            else:
+                setattr(obj, name, value)
 
 
 def interpreter_computes_bfloat16():
@@ -98,13 +130,14 @@ def interpreter_computes_bfloat16():
     garbage, where a GPU computes. Triton 3.6 and 3.7 also have no bfloat16 scalars, so
     ``tile * scale`` stops. Here each such operation widens its bfloat16 operands to float32
     (exact: a bfloat16 is the top half of a float32), computes, and rounds a bfloat16 result
-    back to nearest even, so a right bfloat16 kernel is right under the interpreter too."""
+    back to nearest even, so a right bfloat16 kernel is right under the interpreter too.
+    Returns a function that puts Triton's own operations back (None if already done)."""
     import numpy as np
     import triton.language as tl
     from triton.runtime.interpreter import InterpreterBuilder, TensorHandle
 
     if getattr(InterpreterBuilder, "computes_bfloat16", False):
-        return
+        return None
     comparisons = {np.less, np.greater, np.less_equal, np.greater_equal, np.equal, np.not_equal}
 
     def is_bfloat16(handle):
@@ -144,26 +177,29 @@ def interpreter_computes_bfloat16():
     def get_bf16(self, value):
         return narrowed(TensorHandle(np.array([value], dtype=np.float32), tl.float32))
 
-    for name, function in (("create_dot", dot), ("binary_op", binary), ("unary_op", unary), ("create_fma", fma)):
-        setattr(InterpreterBuilder, name, functools.wraps(getattr(InterpreterBuilder, name))(function))
+    replaced = {"create_dot": dot, "binary_op": binary, "unary_op": unary, "create_fma": fma}
     if not hasattr(InterpreterBuilder, "get_bf16"):  # Triton 3.6 and 3.7 have none
-        InterpreterBuilder.get_bf16 = get_bf16
+        replaced["get_bf16"] = get_bf16
+    originals = {name: InterpreterBuilder.__dict__.get(name) for name in replaced}
+    for name, function in replaced.items():
+        original = originals[name]
+        setattr(InterpreterBuilder, name, functools.wraps(original)(function) if original else function)
     InterpreterBuilder.computes_bfloat16 = True
 
+    def undo():
+        for name, original in originals.items():
+            if original is None:
+                delattr(InterpreterBuilder, name)
+            else:
+                setattr(InterpreterBuilder, name, original)
+        del InterpreterBuilder.computes_bfloat16
 
-def _select_interpreter():
-    """Set TRITON_INTERPRET=1 (Triton reads it whenever ``@triton.jit`` runs); when triton
-    was imported before, by torch.compile say, its own library is made interpreted too."""
-    os.environ["TRITON_INTERPRET"] = "1"
-    if "triton.language" in sys.modules:
-        _interpret_triton_library()
+    return undo
 
 
 ON_GPU, _REASON = _choose_backend()
-if not ON_GPU:
-    _select_interpreter()
 
-import triton  # noqa: E402  (imported only once the backend is fixed)
+import triton  # noqa: E402
 
 
 def _wrap_triton_takes_interpreted_kernels():
@@ -172,7 +208,8 @@ def _wrap_triton_takes_interpreted_kernels():
     torch 2.13 accepts one; torch 2.11 refuses anything but a compiled-mode ``@triton.jit``
     function. Under the interpreter a kernel launched through it runs eagerly, inside a
     ``custom_op`` whose fake implementation stands in for it when traced (chapter 5), so the
-    kernel itself, launched as ``kernel[grid]``, is what wrap_triton should give back."""
+    kernel itself, launched as ``kernel[grid]``, is what wrap_triton should give back.
+    Returns a function that puts torch's own back."""
     from triton.runtime.interpreter import InterpretedFunction
 
     torch_wrap_triton = torch.library.wrap_triton
@@ -188,10 +225,10 @@ def _wrap_triton_takes_interpreted_kernels():
 
     torch.library.wrap_triton = wrap_triton
 
+    def undo():
+        torch.library.wrap_triton = torch_wrap_triton
 
-if not ON_GPU:
-    _wrap_triton_takes_interpreted_kernels()
-    interpreter_computes_bfloat16()
+    return undo
 
 
 def _version(text):
@@ -209,21 +246,70 @@ def _check_interpreter_numpy(triton_version, numpy_version):
         )
 
 
-if not ON_GPU:
-    import numpy  # noqa: E402
-
-    _check_interpreter_numpy(triton.__version__, numpy.__version__)
-
 DEVICE = torch.device("cuda") if ON_GPU else torch.device("cpu")
 
 
-def _allocate_scratch(size, alignment, stream):
-    # Tensor descriptors built inside a kernel need a little global scratch memory.
-    return torch.empty(size, dtype=torch.int8, device=DEVICE)
+def course_lib_namespaces():
+    """The namespaces of course_lib's imported modules, where its kernels and their @jit helpers live."""
+    return [vars(module) for name, module in list(sys.modules.items())
+            if (name == "course_lib" or name.startswith("course_lib.")) and module is not None]
 
 
-if ON_GPU:
-    triton.set_allocator(_allocate_scratch)
+_interpreter_undo = []  # what use_interpreter changed, as functions that put it back, in order
+
+
+def use_interpreter():
+    """Run course_lib's kernels in Triton's CPU interpreter, on CPU tensors, where no GPU
+    compiles them: what the course's notebooks and tests call first. Without it course_lib
+    computes CPU tensors with its PyTorch references instead.
+
+    From this call on, ``@triton.jit`` kernels defined anywhere are interpreted too
+    (``TRITON_INTERPRET=1`` is set, which Triton reads when it decorates one); the kernels
+    already defined (course_lib's, and Triton's own ``@jit`` helpers such as ``tl.sum``) are
+    replaced by their interpreted functions; ``torch.library.wrap_triton`` takes interpreted
+    kernels (torch 2.11 refuses them); the interpreter computes bfloat16 tiles as a GPU does
+    (:func:`interpreter_computes_bfloat16`). :func:`stop_interpreter` puts all of it back,
+    and what the interpreter patched in triton.language while kernels ran.
+
+    Returns True when kernels now run in the interpreter. On a machine whose GPU compiles
+    them it changes nothing and returns False: to interpret there, set
+    ``TRITON_INTERPRET=1`` before importing course_lib.
+    """
+    if ON_GPU:
+        return False
+    if _interpreter_undo:
+        return True
+    import numpy
+
+    _check_interpreter_numpy(triton.__version__, numpy.__version__)
+    previous = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    _interpreter_undo.append(lambda: os.environ.pop("TRITON_INTERPRET", None) if previous is None
+                             else os.environ.__setitem__("TRITON_INTERPRET", previous))
+    patches = contextlib.ExitStack()  # what the interpreter patches as kernels run, put back at the end
+    patches.enter_context(interpreter_patches_undone())
+    _interpreter_undo.append(patches.close)
+    replaced = interpret_jit_functions([*triton_language_namespaces(), *course_lib_namespaces()])
+    _interpreter_undo.append(lambda: [namespace.update(originals) for namespace, originals in replaced])
+    _interpreter_undo.append(_wrap_triton_takes_interpreted_kernels())
+    undo_bfloat16 = interpreter_computes_bfloat16()
+    if undo_bfloat16 is not None:
+        _interpreter_undo.append(undo_bfloat16)
+    return True
+
+
+def stop_interpreter():
+    """Undo :func:`use_interpreter`: Triton, torch and the environment as they were, and
+    course_lib's kernels compiled-mode functions again (CPU tensors then take the
+    references). Kernels decorated while the interpreter was on stay interpreted."""
+    while _interpreter_undo:
+        _interpreter_undo.pop()()
+
+
+def interpreting():
+    """Whether course_lib's kernels run in Triton's interpreter now (:func:`use_interpreter`,
+    in this copy of course_lib or another the process loaded, or ``TRITON_INTERPRET=1``)."""
+    return not ON_GPU and os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def describe():
@@ -234,14 +320,20 @@ def describe():
             f"course_lib: Triton {triton.__version__} kernels compiled for {_REASON} "
             f"(compute capability {major}.{minor}), torch {torch.__version__}"
         )
+    if interpreting():
+        return (
+            f"course_lib: Triton {triton.__version__} kernels run in the CPU interpreter "
+            f"because {_REASON}; torch {torch.__version__}"
+        )
     return (
-        f"course_lib: Triton {triton.__version__} kernels run in the CPU interpreter "
-        f"because {_REASON}; torch {torch.__version__}"
+        f"course_lib: {_REASON}, so CPU tensors are computed by the PyTorch references "
+        f"(runtime.use_interpreter() runs the Triton {triton.__version__} kernels in the CPU "
+        f"interpreter instead); torch {torch.__version__}"
     )
 
 
 def gpu_name():
-    """The GPU's name, or 'cpu-interpreter'."""
+    """The GPU's name, or 'cpu-interpreter' (no GPU: where the course runs its kernels)."""
     return torch.cuda.get_device_name() if ON_GPU else "cpu-interpreter"
 
 
@@ -441,3 +533,7 @@ def cdiv(a, b):
 def next_power_of_2(n):
     """The smallest power of 2 that is at least n >= 1 (0 for 0, as triton's)."""
     return 1 << (n - 1).bit_length() if n > 0 else 0
+
+
+if os.environ.get("TRITON_INTERPRET") == "1":  # asked for before the import: the same as the call
+    use_interpreter()

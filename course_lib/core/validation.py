@@ -7,12 +7,13 @@ import torch
 from torch.autograd import forward_ad
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from .runtime import DEVICE, ON_GPU, describe
+from .runtime import DEVICE, ON_GPU, describe, interpreting
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # float64 no kernel computes in: a public function given it computes with its pure-PyTorch
 # reference (core.references), on any device, which autograd differentiates to any order
-# (gradcheck, gradgradcheck, torch.func).
+# (gradcheck, gradgradcheck, torch.func). So do CPU tensors where the kernels do not run
+# on the CPU (runtime.use_interpreter() not called) and the tensors of torch.func's transforms.
 REFERENCE_DTYPE = torch.float64
 PUBLIC_DTYPES = (*FLOAT_DTYPES, REFERENCE_DTYPE)
 INT32_LIMIT = 2**31 - 1  # kernels index rows and columns with 32-bit integers
@@ -37,10 +38,34 @@ def not_a_tensor(op, name, value):
     return TypeError(f"{op}: {name} must be a torch.Tensor, got {type(value).__name__}{hint}")
 
 
-def runs_reference(tensor):
-    """Whether a public function whose first tensor argument is ``tensor`` computes with its
-    PyTorch reference instead of its kernels: for float64 (REFERENCE_DTYPE)."""
-    return isinstance(tensor, torch.Tensor) and tensor.dtype == REFERENCE_DTYPE
+def runs_reference(*tensors):
+    """Whether a public function given these arguments (its first tensor first) computes with
+    its PyTorch reference instead of its kernels: for float64 (REFERENCE_DTYPE), for a CPU
+    tensor unless the kernels run in the interpreter, and where an argument is a tensor of a
+    torch.func transform (vmap, grad, jvp) or carries a forward-mode tangent, which the
+    kernels cannot compute with."""
+    first = next((t for t in tensors if isinstance(t, torch.Tensor)), None)
+    if first is None:
+        return False
+    if first.dtype == REFERENCE_DTYPE or (first.device.type == "cpu" and not interpreting()):
+        return True
+    if torch.compiler.is_compiling():
+        return False
+    dual = getattr(forward_ad, "_current_level", 0) >= 0  # -1 outside every forward_ad.dual_level()
+    return any(isinstance(t, torch.Tensor) and (torch._C._functorch.is_functorch_wrapped_tensor(t)
+                                                or (dual and forward_ad.unpack_dual(t).tangent is not None))
+               for t in tensors)
+
+
+def by_reference(reference, *args, **settings):
+    """``reference(*args, **settings)``, a pure-PyTorch reference, as a public function computes
+    it where runs_reference says so: float16 and bfloat16 tensors in float32, as the kernels
+    compute them, the result back in the first tensor's dtype."""
+    widened = [arg.float() if isinstance(arg, torch.Tensor) and arg.dtype in FLOAT_DTYPES[1:] else arg
+               for arg in args]
+    result = reference(*widened, **settings)
+    first = next(arg for arg in args if isinstance(arg, torch.Tensor))
+    return result.to(first.dtype)
 
 
 def check_tensor(op, name, tensor, *, dtypes=FLOAT_DTYPES, min_ndim=1):
@@ -59,22 +84,17 @@ def check_tensor(op, name, tensor, *, dtypes=FLOAT_DTYPES, min_ndim=1):
             f"{op}: {name} is a nested tensor; only dense tensors are accepted, so pad it with "
             f"torch.nested.to_padded_tensor({name}, 0.0) (and pass a mask where the function takes one)"
         )
-    if tensor.dtype == REFERENCE_DTYPE and REFERENCE_DTYPE in dtypes:
-        _check_ndim(op, name, tensor, min_ndim)
+    if tensor.dtype in dtypes and runs_reference(tensor) and not tensor.is_quantized:
+        _check_ndim(op, name, tensor, min_ndim)  # PyTorch's own operations take any device and strides
         return
     if tensor.is_quantized:
         raise TypeError(
             f"{op}: {name} is quantized ({tensor.dtype}); accepted: {_names(dtypes)} tensors, "
             f"so convert it with {name}.dequantize()"
         )
-    if not torch.compiler.is_compiling() and torch._C._functorch.is_functorch_wrapped_tensor(tensor):
-        raise TypeError(
-            f"{op}: {name} is a tensor of a torch.func transform (vmap, grad, jvp, ...), which the "
-            "kernels cannot run on; call it on the whole batch instead (every function takes any "
-            "leading dimensions) and differentiate with torch.autograd"
-        )
     if tensor.device.type != DEVICE.type:
-        where = "a CUDA GPU" if ON_GPU else "CPU tensors (Triton's interpreter)"
+        where = ("a CUDA GPU, and CPU tensors by PyTorch" if ON_GPU else
+                 "CPU tensors (Triton's interpreter)" if interpreting() else "CPU tensors (PyTorch's operations)")
         raise ValueError(
             f"{op}: {name} is on {tensor.device}, but kernels here run on {where}; "
             f"move it with .to('{DEVICE.type}'). ({describe()})"
@@ -161,7 +181,8 @@ def wants_gradient(op, names, tensors):
     microseconds of host time a call.
 
     Forward-mode AD is refused here, before that shortcut could drop a tangent: the
-    kernels compute values and reverse-mode gradients only."""
+    kernels compute values and reverse-mode gradients only (the public functions send
+    tangents to their references first: runs_reference)."""
     if getattr(forward_ad, "_current_level", 0) >= 0:  # -1 outside every forward_ad.dual_level()
         for name, tensor in zip(names, tensors):
             if isinstance(tensor, torch.Tensor) and forward_ad.unpack_dual(tensor).tangent is not None:

@@ -96,7 +96,7 @@ from ..core.runtime import (ON_GPU, cdiv, is_cooperative_refusal, is_traced, lau
                             next_power_of_2, spin_waits_allowed)
 from ..core.split_rows import gather, publish, slots_block
 from ..core.validation import (FLOAT_DTYPES, PUBLIC_DTYPES, _names, check_anchor, check_index_range, check_like,
-                               check_same_device, check_tensor, on_device_of, runs_reference)
+                               check_same_device, check_tensor, on_device_of, runs_reference, by_reference)
 
 LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
 
@@ -890,9 +890,9 @@ def coor_descent(s, *, n_iters, k, eps=0.1, eps_init=None, eps_decay=1.0, mask=N
     """
     op = "coor_descent"
     _check_inputs(op, s, n_iters, k, eps, eps_init, eps_decay, mask, checkpoint_segments, PUBLIC_DTYPES)
-    if runs_reference(s):
-        return references.coor_descent(s, n_iters=n_iters, k=k, eps=eps, eps_init=eps_init, eps_decay=eps_decay,
-                                       mask=mask)
+    if runs_reference(s, k, mask):
+        return by_reference(references.coor_descent, s, n_iters=n_iters, k=k, eps=eps, eps_init=eps_init,
+                            eps_decay=eps_decay, mask=mask)
     settings = (int(n_iters), float(eps), None if eps_init is None else float(eps_init), float(eps_decay))
     compiling = torch.compiler.is_compiling()
     if isinstance(k, torch.Tensor):

@@ -31,7 +31,7 @@ from ..core.operator import kernel_op
 from ..core.plans import LaunchPlan, TunedOn
 from ..core.runtime import ON_GPU, cdiv, launch, next_power_of_2
 from ..core.validation import (FLOAT_DTYPES, PUBLIC_DTYPES, check_index_range, check_like, check_same_device_and_dtype,
-                               check_tensor, on_device_of, runs_reference)
+                               check_tensor, on_device_of, runs_reference, by_reference)
 
 LOG2E = tl.constexpr(1.4426950408889634)
 # Head sizes up to this are held in registers whole; larger heads take the
@@ -87,9 +87,12 @@ def local_attention_forward_kernel(
     stride_v_b, stride_v_h, stride_v_n, stride_v_d,
     stride_o_b, stride_o_h, stride_o_n,
     WINDOW: tl.constexpr, HEAD_DIM: tl.constexpr, SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
+    BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr, WEIGHT_LOG2: tl.constexpr,
 ):
-    """Program (m, bh) computes the outputs of queries m * BLOCK_M ... of head bh."""
+    """Program (m, bh) computes the outputs of queries m * BLOCK_M ... of head bh.
+
+    Each weight exp(score - max) is taken 2**WEIGHT_LOG2 times smaller (weight_log2 says
+    why); the running sum shares the factor, so their ratio, the output, does not see it."""
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
     b = (bh // heads).to(tl.int64)
@@ -112,16 +115,17 @@ def local_attention_forward_kernel(
         new_max = tl.maximum(running_max, tl.max(scores, axis=1))
         # A row with nothing visible yet (or a query past n) shifts by 0, as chapter 2's kernels do.
         shift = tl.where(new_max == float("-inf"), 0.0, new_max)
-        weights = tl.exp2((scores - shift[:, None]) * LOG2E)
+        weights = tl.exp2((scores - shift[:, None]) * LOG2E - WEIGHT_LOG2)
         rescale = tl.exp2((running_max - shift) * LOG2E)
         running_sum = running_sum * rescale + tl.sum(weights, axis=1)
         acc = acc * rescale[:, None] + _dot(weights.to(v.dtype), v, DOT_PRECISION, UPCAST_DOT)
         running_max = new_max
 
-    # Every query sees at least itself, so a real row's sum is at least 1.
+    # Every query sees at least itself, so a real row's sum is at least 2**-WEIGHT_LOG2.
     total = tl.where(running_sum == 0.0, 1.0, running_sum)
     _store_rows(o_ptr, acc / total[:, None], b, h, queries, dims, stride_o_b, stride_o_h, stride_o_n, n, HEAD_DIM)
-    tl.store(lse_ptr + bh.to(tl.int64) * n + queries, running_max + tl.log(total), mask=queries < n)
+    lse = running_max + tl.log(total) + WEIGHT_LOG2 / LOG2E  # the scores' own, without the weights' factor
+    tl.store(lse_ptr + bh.to(tl.int64) * n + queries, lse, mask=queries < n)
 
 
 @triton.jit
@@ -254,6 +258,17 @@ def _options(q, tiles):
     )
 
 
+def weight_log2(window, dtype):
+    """The forward's WEIGHT_LOG2: weights exp(score - max) <= 1 of at most 2 * window keys
+    a query add up to at most 2 * window, and so would its float32 sum of weighted values,
+    times the largest value: past float32's range where the values lie near bfloat16's (or
+    float32's) largest, though the output, a convex combination of them, does not. Weights
+    2**WEIGHT_LOG2 >= 4 * window times smaller keep that sum at most half the largest value.
+    float16 values (at most 65504) cannot reach it, and their weights, rounded to float16
+    for the product, would lose bits below its smallest normal number: there it is 0."""
+    return 0 if dtype == torch.float16 else (4 * window - 1).bit_length()
+
+
 def _effective_window(window, n):
     """A window of n or more tokens is one window, plain causal attention: kernels see
     at most n, so a window of any size (2**31 and beyond) compiles to one constexpr."""
@@ -273,7 +288,7 @@ def local_attention_forward(q, k, v, window, tiles=None, out=None):
         with on_device_of(q):
             launch(local_attention_forward_kernel, (cdiv(n, tiles.block_rows), b * h),
                 q, k, v, out, lse, n, h, *q.stride(), *k.stride(), *v.stride(), *out.stride()[:3],
-                WINDOW=window, **_options(q, tiles),
+                WINDOW=window, WEIGHT_LOG2=weight_log2(window, q.dtype), **_options(q, tiles),
             )
     return out, lse
 
@@ -433,8 +448,8 @@ def local_causal_attention(q, k, v, window, *, scale=None):
     op = "local_causal_attention"
     _check_inputs(op, q, k, v, window, PUBLIC_DTYPES)
     _check_scale(op, scale)
-    if runs_reference(q):
-        return references.local_causal_attention(q, k, v, window, scale=scale)
+    if runs_reference(q, k, v):
+        return by_reference(references.local_causal_attention, q, k, v, window, scale=scale)
     if scale is not None:  # the kernels scale the scores by 1/sqrt(head_dim), a constant they are compiled with
         q = q * (scale * q.shape[-1] ** 0.5)
     # int(): the kernels take the window as a constant, so a traced SymInt is specialised on.

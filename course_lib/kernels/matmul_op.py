@@ -21,7 +21,7 @@ from ..core.plans import TunedOn
 from ..core.rows import as_rows, sum_partial_rows
 from ..core.runtime import ON_GPU, cdiv, is_traced, launch, multiprocessor_count
 from ..core.validation import (FLOAT_DTYPES, PUBLIC_DTYPES, check_index_range, check_like, check_same_device_and_dtype,
-                               check_tensor, on_device_of, runs_reference)
+                               check_tensor, on_device_of, runs_reference, by_reference)
 
 ACTIVATIONS = ("none", "relu", "gelu")
 SQRT_2_OVER_PI = tl.constexpr(math.sqrt(2 / math.pi))
@@ -436,6 +436,6 @@ def matmul(a, b, *, bias=None, activation=None):
         torch.Size([8, 16])
     """
     _check_inputs("matmul", a, b, bias, "none" if activation is None else activation, PUBLIC_DTYPES)
-    if runs_reference(a):
-        return references.matmul(a, b, bias, activation)
+    if runs_reference(a, b, bias):
+        return by_reference(references.matmul, a, b, bias, activation)
     return MATMUL(a, b, bias, "none" if activation is None else activation)

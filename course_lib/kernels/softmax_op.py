@@ -30,7 +30,7 @@ from ..core.operator import kernel_op
 from ..core.plans import LaunchPlan, TunedOn, warps_for
 from ..core.runtime import cdiv, launch, multiprocessor_count, next_power_of_2
 from ..core.validation import (FLOAT_DTYPES, INT32_LIMIT, PUBLIC_DTYPES, check_anchor, check_index_range, check_like,
-                               check_tensor, on_device_of, runs_reference)
+                               check_tensor, on_device_of, runs_reference, by_reference)
 
 # Causal loads fetch keys up to the diagonal rounded up to this many columns: a load
 # mask that is constant over aligned groups of 16 lets Triton issue 16-byte vector
@@ -570,7 +570,7 @@ def softmax(x, dim=-1, *, causal=False):
     if dim % x.ndim != x.ndim - 1:
         return softmax(x.movedim(dim, -1)).movedim(-1, dim)
     if runs_reference(x):
-        return references.causal_softmax(x) if causal else references.softmax(x)
+        return by_reference(references.causal_softmax if causal else references.softmax, x)
     return SOFTMAX(x, causal, 0, error_name=op)
 
 
@@ -608,7 +608,7 @@ def causal_softmax(x, diagonal=None):
     """
     _check_input("causal_softmax", x, True, diagonal, dtypes=PUBLIC_DTYPES)
     if runs_reference(x):
-        return references.causal_softmax(x, diagonal or 0)
+        return by_reference(references.causal_softmax, x, diagonal or 0)
     if not diagonal:  # None or 0: the square case, within any bounds
         return SOFTMAX(x, True, 0, error_name="causal_softmax")
     rows, cols = x.shape[-2:]

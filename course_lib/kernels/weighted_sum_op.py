@@ -24,6 +24,7 @@ from ..core.validation import (
     on_device_of,
     PUBLIC_DTYPES,
     runs_reference,
+    by_reference,
 )
 
 # ---------------------------------------------------------------------------- kernels
@@ -315,6 +316,6 @@ def weighted_sum(x, weight):
         torch.Size([4])
     """
     _check_inputs("weighted_sum", x, weight, PUBLIC_DTYPES)
-    if runs_reference(x):
-        return references.weighted_sum(x, weight)
+    if runs_reference(x, weight):
+        return by_reference(references.weighted_sum, x, weight)
     return WEIGHTED_SUM(x, weight)

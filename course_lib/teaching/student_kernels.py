@@ -28,7 +28,8 @@ import threading
 
 import torch
 
-from ..core.runtime import ON_GPU, interpret_jit_functions, interpreter_computes_bfloat16, triton_language_namespaces
+from ..core.runtime import (ON_GPU, interpret_jit_functions, interpreter_computes_bfloat16, interpreter_patches_undone,
+                            triton_language_namespaces)
 from .checking import ExerciseError, run_student_code
 from .notebook import fit_text
 
@@ -65,48 +66,6 @@ def require_kernel(name, kernel, kernel_name):
         "exercise is about writing the kernel.")
 
 
-def _index_of_one_element(tensor):
-    """An interpreted scalar as a Python int (``range(0, n_rows, BLOCK)`` in a kernel)."""
-    return int(tensor.handle.data.reshape(-1)[0])
-
-
-@contextlib.contextmanager
-def _interpreter_patches_undone():
-    """Undo, when the block ends, every attribute Triton's interpreter patched inside it.
-
-    The interpreter swaps triton.language's builtins for its own while it runs. A launch
-    puts them back, but a ``@jit`` helper called from an interpreted kernel patches the
-    modules of its own globals and leaves them so (harmless when everything is
-    interpreted). On a GPU machine the next *compiled* kernel would then meet interpreter
-    functions and fail to compile, so the first value of each patched attribute is kept
-    and put back at the end, whatever order the interpreter's own restores ran in."""
-    from triton.runtime import interpreter
-
-    scope_type = getattr(interpreter, "_LangPatchScope", None)
-    if scope_type is None:  # a Triton whose interpreter keeps no record: nothing to hook
-        yield
-        return
-    missing, first_values, set_attr = object(), {}, scope_type.set_attr
-
-    def recording_set_attr(self, obj, name, value):
-        first_values.setdefault((id(obj), name), (obj, name, getattr(obj, name, missing)))
-        if name == "__index__":  # Triton 3.6 converts a one-element array with int(), which NumPy 2.4 refuses
-            value = _index_of_one_element
-        set_attr(self, obj, name, value)
-
-    scope_type.set_attr = recording_set_attr
-    try:
-        yield
-    finally:
-        scope_type.set_attr = set_attr
-        for obj, name, value in first_values.values():
-            if value is missing:
-                if hasattr(obj, name):
-                    delattr(obj, name)
-            else:
-                setattr(obj, name, value)
-
-
 @contextlib.contextmanager
 def interpreted(kernel):
     """``kernel`` as Triton's interpreter runs it: an ``InterpretedFunction`` of its Python
@@ -124,7 +83,7 @@ def interpreted(kernel):
     interpreter_computes_bfloat16()  # a GPU machine's interpreted pass computes bfloat16 tiles too
     runtime_knobs = triton.knobs.runtime
     was_interpreting = runtime_knobs.interpret
-    with _interpreter_patches_undone():
+    with interpreter_patches_undone():
         runtime_knobs.interpret = True
         replaced = interpret_jit_functions([kernel.fn.__globals__, *triton_language_namespaces()])
         try:

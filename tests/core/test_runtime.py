@@ -68,18 +68,96 @@ IMPORT_ORDERS = ["import torch._dynamo; import course_lib", "import triton.langu
                  "import course_lib; import torch._dynamo", "import course_lib"]
 
 
-@pytest.mark.skipif(runtime.ON_GPU, reason="the order matters only where course_lib selects the interpreter")
-@pytest.mark.parametrize("imports", IMPORT_ORDERS)
-def test_any_import_order_works_without_a_gpu(imports):
-    """torch.compile imports triton before course_lib can select the interpreter; triton's
-    own @jit helpers (tl.max, tl.sum) built then are made interpreted afterwards."""
-    check = (f"{imports}\nimport torch, course_lib\nx = torch.randn(3, 37)\n"
-             "assert torch.allclose(course_lib.softmax(x), torch.softmax(x, -1), atol=1e-6)\n"
-             "g = torch.randn(37)\n"
-             "assert torch.allclose(course_lib.layernorm(x, g), torch.nn.functional.layer_norm(x, (37,), g), atol=1e-5)")
+def run_fresh(code, timeout=300):
+    """``code`` in a new Python process, without TRITON_INTERPRET; fails the test with its stderr."""
     environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
-    result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, env=environment, timeout=300)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment,
+                            timeout=timeout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+# What course_lib could change in triton and torch: triton.language's @jit helpers, the
+# interpreter's operations, torch.library.wrap_triton, Triton's allocator and the environment.
+STATE = """
+import os, sys, triton, triton.language, torch
+from triton.runtime.interpreter import InterpreterBuilder
+def state():
+    modules = [m for n, m in sorted(sys.modules.items()) if n.startswith("triton") and m is not None]
+    return ({(m.__name__, k): id(v) for m in modules for k, v in list(vars(m).items())},
+            dict(vars(InterpreterBuilder)), torch.library.wrap_triton, dict(os.environ),
+            triton.knobs.runtime.interpret)
+"""
+
+
+@pytest.mark.parametrize("first", ["import triton.language", "import torch._dynamo"])
+def test_importing_course_lib_changes_nothing_in_triton_or_torch(first):
+    run_fresh(f"""{first}
+{STATE}
+before = state()
+import course_lib, course_lib.teaching, course_lib.registry
+after = state()
+assert before[1:] == after[1:], "the interpreter, wrap_triton, the environment or Triton's knobs changed"
+changed = [key for key, value in before[0].items() if after[0].get(key) != value]
+assert not changed, changed
+""")
+
+
+@pytest.mark.skipif(runtime.ON_GPU, reason="on a GPU the kernels are compiled; use_interpreter changes nothing")
+def test_use_interpreter_runs_the_kernels_and_its_undo_puts_everything_back():
+    run_fresh(f"""import torch._dynamo
+{STATE}
+before = state()
+import course_lib
+from course_lib.core import runtime
+launches = []
+launch = runtime.launch
+def counted(kernel, *args, **kwargs):
+    launches.append(kernel)
+    return launch(kernel, *args, **kwargs)
+for module in list(sys.modules.values()):
+    if getattr(module, "__name__", "").startswith("course_lib.kernels") and hasattr(module, "launch"):
+        module.launch = counted
+x, g = torch.randn(3, 37), torch.randn(37)
+course_lib.softmax(x)
+assert not launches and not runtime.interpreting(), "CPU tensors take the references until use_interpreter"
+assert runtime.use_interpreter() and runtime.interpreting()
+assert "CPU interpreter" in runtime.describe()
+assert torch.allclose(course_lib.softmax(x), torch.softmax(x, -1), atol=1e-6)
+assert torch.allclose(course_lib.layernorm(x, g), torch.nn.functional.layer_norm(x, (37,), g), atol=1e-5)
+assert len(launches) == 2, launches
+runtime.stop_interpreter()
+assert not runtime.interpreting()
+after = state()
+assert before[1:] == after[1:]
+changed = [key for key, value in before[0].items() if after[0].get(key) != value]
+assert not changed, changed
+course_lib.softmax(x)
+assert len(launches) == 2, "after stop_interpreter CPU tensors take the references again"
+""")
+
+
+@pytest.mark.skipif(runtime.ON_GPU, reason="the order matters only where the interpreter runs the kernels")
+@pytest.mark.parametrize("imports", IMPORT_ORDERS)
+def test_any_import_order_works_with_the_interpreter(imports):
+    """torch.compile imports triton before course_lib; use_interpreter makes triton's own
+    @jit helpers (tl.max, tl.sum), built then, interpreted too."""
+    run_fresh(f"""{imports}
+import torch, course_lib
+assert course_lib.runtime.use_interpreter()
+x = torch.randn(3, 37)
+assert torch.allclose(course_lib.softmax(x), torch.softmax(x, -1), atol=1e-6)
+g = torch.randn(37)
+assert torch.allclose(course_lib.layernorm(x, g), torch.nn.functional.layer_norm(x, (37,), g), atol=1e-5)
+""")
+
+
+def test_the_interpreter_asked_for_in_the_environment_is_on_at_import():
+    environment = {**os.environ, "TRITON_INTERPRET": "1"}
+    code = "import course_lib; assert course_lib.runtime.interpreting(); print(course_lib.runtime.describe())"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
+    assert "CPU interpreter" in result.stdout
 
 
 @triton.jit

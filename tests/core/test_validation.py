@@ -1,5 +1,5 @@
-"""What every public function refuses, and how: other layouts, torch.func transforms,
-forward-mode tangents and second-order gradients (course_lib/core/validation.py)."""
+"""What every public function refuses, and how: other layouts, other devices,
+forward-mode tangents (computed by the references) and second-order gradients (course_lib/core/validation.py)."""
 
 import pytest
 import torch
@@ -74,17 +74,23 @@ def test_rejects_quantized_tensors_naming_the_argument(op, fn, make):
 
 @pytest.mark.parametrize("requires_grad", [False, True], ids=["inference", "training"])
 @pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
-def test_refuses_forward_mode_tangents_instead_of_dropping_them(op, fn, make, requires_grad):
-    # Without the check, a call that needs no backward skips autograd and returns a plain
-    # tensor: unpack_dual(y).tangent would be None, a silently wrong derivative.
+def test_forward_mode_tangents_are_computed_by_the_references(op, fn, make, requires_grad):
+    """A tangent on any argument sends the call to the PyTorch reference, whose forward-mode
+    derivative is torch.func.jvp's (a kernel would drop the tangent: a wrong derivative)."""
     for name in [n for n, t in inputs_of(make).items() if t.is_floating_point()]:
         inputs = inputs_of(make)
         for t in differentiable(inputs):
             t.requires_grad_(requires_grad)
+        tangent = torch.randn_like(inputs[name])
         with forward_ad.dual_level():
-            inputs[name] = forward_ad.make_dual(inputs[name], torch.randn_like(inputs[name]))
-            with pytest.raises(NotImplementedError, match=rf"{op}: {name} carries a forward-mode tangent"):
-                fn(**inputs)
+            dual = dict(inputs, **{name: forward_ad.make_dual(inputs[name], tangent)})
+            got = forward_ad.unpack_dual(fn(**dual))
+        detached = {n: t.detach().double() if t.is_floating_point() else t for n, t in inputs.items()}
+        expected = torch.func.jvp(lambda value: fn(**dict(detached, **{name: value})),
+                                  (detached[name],), (tangent.double(),))
+        assert got.tangent is not None, f"{op}: the tangent of {name} was dropped"
+        torch.testing.assert_close(got.primal.double(), expected[0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(got.tangent.double(), expected[1], atol=1e-4, rtol=1e-4)
 
 
 def test_the_stable_layernorm_module_names_itself_in_the_second_order_error():
@@ -96,11 +102,12 @@ def test_the_stable_layernorm_module_names_itself_in_the_second_order_error():
         (first ** 2).sum().backward()
 
 
-def test_the_stable_layernorm_refuses_forward_mode_tangents_too():
+def test_the_stable_layernorm_computes_forward_mode_tangents_too():
+    x, tangent = torch.randn(5, 7, device=DEVICE), torch.randn(5, 7, device=DEVICE)
     with forward_ad.dual_level():
-        x = forward_ad.make_dual(torch.randn(5, 7, device=DEVICE), torch.randn(5, 7, device=DEVICE))
-        with pytest.raises(NotImplementedError, match="layernorm: x carries a forward-mode tangent"):
-            layernorm(x, None, stable=True)
+        got = forward_ad.unpack_dual(layernorm(forward_ad.make_dual(x, tangent), None, stable=True)).tangent
+    expected = torch.func.jvp(lambda value: layernorm(value, None, stable=True), (x.double(),), (tangent.double(),))[1]
+    torch.testing.assert_close(got.double(), expected, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
@@ -171,13 +178,17 @@ def test_a_gradient_of_a_gradient_toward_what_an_input_was_computed_from_raises(
             torch.autograd.grad((first.float() ** 2).sum(), source, allow_unused=True)
 
 
-@pytest.mark.parametrize("op, fn, make", CASES[:4], ids=IDS[:4])
-def test_rejects_torch_func_transforms(op, fn, make):
+@pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
+def test_torch_func_transforms_compute_with_the_references(op, fn, make):
+    """The kernels cannot read a transform's tensors: vmap runs the PyTorch references,
+    which give what the function gives on each item."""
     inputs = inputs_of(make)
     names = list(inputs)
-    batched = [t.expand(3, *t.shape) for t in inputs.values()]
-    with pytest.raises(TypeError, match=rf"{op}: \w+ is a tensor of a torch.func transform"):
-        torch.func.vmap(lambda *args: fn(**dict(zip(names, args))))(*batched)
+    batched = [torch.stack([t, t.flip(0)]) for t in inputs.values()]
+    got = torch.func.vmap(lambda *args: fn(**dict(zip(names, args))))(*batched)
+    for item in range(2):
+        expected = fn(**{name: t[item] for name, t in zip(names, batched)})
+        torch.testing.assert_close(got[item], expected, atol=1e-5, rtol=1e-5)
 
 
 # ------------------------------------------------- the checks every argument goes through

@@ -43,7 +43,7 @@ from ...core.rows import as_rows, known_multiple_of, shaped_like, sum_partial_ro
 from ...core.runtime import cdiv, is_cooperative_refusal, launch, multiprocessor_count
 from ...core.validation import (FLOAT_DTYPES, INT32_LIMIT, PUBLIC_DTYPES, _names, check_index_range, check_like,
                                 check_same_device, check_tensor, first_order_only, first_order_only_as,
-                                held_for_first_order_only, on_device_of, runs_reference, wants_gradient)
+                                held_for_first_order_only, on_device_of, runs_reference, by_reference, wants_gradient)
 
 # ---------------------------------------------------------------------------- kernels
 
@@ -513,8 +513,8 @@ def _layernorm(op, names, x, gamma, beta, eps, stable):
     _check_inputs(op, x, gamma, beta, eps, names, dtypes=PUBLIC_DTYPES)
     _check_flag(op, "stable", stable)
     eps = float(eps)
-    if runs_reference(x):
-        return references.layernorm(x, gamma, beta, eps, stable)
+    if runs_reference(x, gamma, beta):
+        return by_reference(references.layernorm, x, gamma, beta, eps, stable)
     if torch.compiler.is_compiling():
         # With stable, inductor differentiates the division itself: traced by it,
         # StableLayerNormFunction's backward gave wrong float32 gradients of x (torch 2.11).
