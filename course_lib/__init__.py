@@ -12,11 +12,12 @@ The package is four rooms, each importing only from the rooms below it:
 ``registry`` lists the kernels for the benchmarks, the GPU run and the tests.
 Everything a user calls is importable from ``course_lib`` itself.
 
-``core.runtime`` is imported first: it decides between compiled kernels on a GPU and
-Triton's CPU interpreter, which must happen before any ``@triton.jit`` runs.
+Importing the package changes nothing in ``triton`` or ``torch``. Without a GPU the kernels'
+functions compute CPU tensors with their PyTorch references; ``runtime.use_interpreter()``
+runs the kernels there in Triton's CPU interpreter instead (the notebooks and tests call it).
 """
 
-from .core import runtime  # noqa: F401  (must come first)
+from .core import runtime  # noqa: F401
 from .kernels import (MAX_HEAD_DIM, LayerNorm, causal_softmax, coor_descent, layer_norm, layernorm,
                       local_causal_attention, matmul, softmax, weighted_sum)
 from .models import (CoordinateDescentRouter, RecallModel, RecallTask, RoutedBlock, recall_batch, top_k_routing,

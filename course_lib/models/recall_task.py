@@ -86,7 +86,7 @@ def _check_task(op, task):
         check_count(op, f"RecallTask.{name}", getattr(task, name))
 
 
-def recall_batch(task, batch, generator, device="cpu"):
+def recall_batch(task, batch, generator=None, device="cpu"):
     """A batch of the task: (tokens, targets).
 
     The first part is noise with ``n_pairs`` (key, value) pairs at random places; the
@@ -97,8 +97,9 @@ def recall_batch(task, batch, generator, device="cpu"):
     Args:
         task (RecallTask): the sizes.
         batch (int): sequences in the batch.
-        generator (torch.Generator): a CPU generator, which draws every random number
-            (one seed, the same batches on every device).
+        generator (torch.Generator, optional): a CPU generator, which draws every random
+            number (one seed, the same batches on every device); by default torch's global
+            one (``torch.manual_seed`` seeds it).
         device: where the tensors go.
 
     Shape:
@@ -117,8 +118,8 @@ def recall_batch(task, batch, generator, device="cpu"):
     op = "recall_batch"
     _check_task(op, task)
     check_count(op, "batch", batch)
-    if not isinstance(generator, torch.Generator):
-        raise TypeError(f"{op}: generator must be a torch.Generator, got {type(generator).__name__}")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"{op}: generator must be a torch.Generator or None, got {type(generator).__name__}")
     n_noise, n_keys, n_pairs, seq_len = task.n_noise, task.n_keys, task.n_pairs, task.seq_len
     body = seq_len - 2 * n_pairs
     if body < 2 * n_pairs or n_pairs > n_keys:

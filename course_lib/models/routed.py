@@ -96,9 +96,9 @@ def _check_width_multiplier(op, name, mult, dim):
 
 
 def check_tokens(op, x, dim, dtype, ops):
-    """x must be (batch, seq, dim) in the module's float dtype; on the kernels' device, dense
-    and outside torch.func transforms when ``ops`` are the kernels (the references run
-    anywhere, and the kernels' functions run their references in float64)."""
+    """x must be (batch, seq, dim) in the module's float dtype, and dense on a device the
+    kernels' functions take when ``ops`` are the kernels (they compute with their references
+    where the kernels cannot run: float64, CPU tensors without the interpreter, torch.func)."""
     if not isinstance(x, torch.Tensor):
         raise not_a_tensor(op, "x", x)
     if x.dtype != dtype:

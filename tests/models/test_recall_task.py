@@ -65,7 +65,7 @@ SMALL_TASK = RecallTask(seq_len=32, n_pairs=2)
     (lambda g: recall_batch(SMALL_TASK, 2.0, g), TypeError, "recall_batch: batch must be an int, got float"),
     (lambda g: recall_batch(SMALL_TASK, True, g), TypeError, "recall_batch: batch must be an int, got bool"),
     (lambda g: recall_batch((32, 2), 2, g), TypeError, "recall_batch: task must be a RecallTask, got tuple"),
-    (lambda g: recall_batch(SMALL_TASK, 2, 0), TypeError, "recall_batch: generator must be a torch.Generator"),
+    (lambda g: recall_batch(SMALL_TASK, 2, 0), TypeError, "recall_batch: generator must be a torch.Generator or None"),
     (lambda g: RecallModel("reference", RecallTask(seq_len=0)), ValueError,
      "RecallModel: RecallTask.seq_len must be at least 1, got 0"),
     (lambda g: train_recall("reference", SMALL_TASK, steps=-1), ValueError, "train_recall: steps must be at least 0"),

@@ -43,7 +43,7 @@ from ...core.rows import as_rows, known_multiple_of, shaped_like, sum_partial_ro
 from ...core.runtime import cdiv, is_cooperative_refusal, launch, multiprocessor_count
 from ...core.validation import (FLOAT_DTYPES, INT32_LIMIT, PUBLIC_DTYPES, _names, check_index_range, check_like,
                                 check_same_device, check_tensor, first_order_only, first_order_only_as,
-                                held_for_first_order_only, on_device_of, runs_reference, by_reference, wants_gradient)
+                                held_for_first_order_only, on_device_of, runs_reference, by_reference)
 
 # ---------------------------------------------------------------------------- kernels
 
@@ -136,9 +136,13 @@ def layernorm_backward_kernel(
         weighted_grad = grad_y * gamma[None, :] if HAS_GAMMA else grad_y
         c1 = tl.div_rn(tl.sum(weighted_grad, axis=1), n_cols * 1.0)
         c2 = tl.div_rn(tl.sum(weighted_grad * xhat, axis=1), n_cols * 1.0)
+        # A row of one value normalises to beta whatever x is: its dx is exactly 0, as torch's.
+        # weighted_grad - c1 is not: on a GPU the compiler fuses dy * gamma - c1 into an fma,
+        # which keeps the product unrounded, and its rounding error times rstd (1e-5) is left.
+        grad_x_scale = tl.where(n_cols == 1, 0.0, rstd)
         tl.store(
             grad_x_ptr + rows.to(tl.int64)[:, None] * stride_grad_x_row + cols[None, :],
-            grad_x_of(weighted_grad, xhat, rstd, c1, c2).to(grad_x_ptr.dtype.element_ty),
+            grad_x_of(weighted_grad, xhat, grad_x_scale, c1, c2).to(grad_x_ptr.dtype.element_ty),
             mask=mask,
         )
         grad_gamma_acc += grad_y * xhat
@@ -521,7 +525,6 @@ def _layernorm(op, names, x, gamma, beta, eps, stable):
         z = _divided_by_row_max(x)[0] if stable else x
         return layernorm_op(z, gamma, beta, eps)[0].to(x.dtype)
     if stable:
-        wants_gradient(op, ("x", *names), (x, gamma, beta))  # refuses forward-mode tangents, naming them
         function = StableLayerNormFunction if op == "layernorm" else first_order_only_as(StableLayerNormFunction, op)
         return function.apply(x, gamma, beta, eps)
     return LAYERNORM(x, gamma, beta, eps, error_name=op, input_names=("x", *names))
