@@ -68,6 +68,32 @@ def by_reference(reference, *args, **settings):
     return result.to(first.dtype)
 
 
+# Where autocast is on, course_lib's functions compute in the dtype torch's own operations
+# would: on CUDA, softmax and layer_norm in float32 (autocast's "fp32" list); on CUDA and the
+# CPU, matrix products and attention in autocast's dtype ("lower precision" list).
+def _autocasting(tensors):
+    device = next((t.device.type for t in tensors if isinstance(t, torch.Tensor)), None)
+    return device if device in ("cuda", "cpu") and torch.is_autocast_enabled(device) else None
+
+
+def _cast(tensors, dtype):
+    # float64 stays, as autocast leaves it; anything else is for the checks to name
+    return tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.dtype in FLOAT_DTYPES else t for t in tensors)
+
+
+def autocast_as_float32_ops(*tensors):
+    """``tensors`` as autocast casts the inputs of softmax and layer_norm: to float32 under
+    CUDA autocast, unchanged otherwise."""
+    return _cast(tensors, torch.float32) if _autocasting(tensors) == "cuda" else tensors
+
+
+def autocast_as_matmul(*tensors):
+    """``tensors`` as autocast casts the inputs of a matrix product: to its dtype
+    (torch.get_autocast_dtype) where it is on, unchanged otherwise."""
+    device = _autocasting(tensors)
+    return _cast(tensors, torch.get_autocast_dtype(device)) if device else tensors
+
+
 def check_tensor(op, name, tensor, *, dtypes=FLOAT_DTYPES, min_ndim=1):
     """Check one argument's type, device and dtype; raise saying what is accepted. A float64
     tensor, where ``dtypes`` accept it, is computed by PyTorch's own operations (the

@@ -31,7 +31,7 @@ from ..core.operator import kernel_op
 from ..core.plans import LaunchPlan, TunedOn
 from ..core.runtime import ON_GPU, cdiv, launch, next_power_of_2
 from ..core.validation import (FLOAT_DTYPES, PUBLIC_DTYPES, check_index_range, check_like, check_same_device_and_dtype,
-                               check_tensor, on_device_of, runs_reference, by_reference)
+                               check_tensor, on_device_of, runs_reference, by_reference, autocast_as_matmul)
 
 LOG2E = tl.constexpr(1.4426950408889634)
 # Head sizes up to this are held in registers whole; larger heads take the
@@ -446,6 +446,7 @@ def local_causal_attention(q, k, v, window, *, scale=None):
         torch.Size([2, 4, 10, 16])
     """
     op = "local_causal_attention"
+    q, k, v = autocast_as_matmul(q, k, v)
     _check_inputs(op, q, k, v, window, PUBLIC_DTYPES)
     _check_scale(op, scale)
     if runs_reference(q, k, v):

@@ -16,12 +16,12 @@ import triton
 import triton.language as tl
 
 from ..core import references
-from ..core.operator import kernel_op
+from ..core.operator import differentiable_op
 from ..core.plans import TunedOn
 from ..core.rows import as_rows, sum_partial_rows
 from ..core.runtime import ON_GPU, cdiv, is_traced, launch, multiprocessor_count
 from ..core.validation import (FLOAT_DTYPES, PUBLIC_DTYPES, check_index_range, check_like, check_same_device_and_dtype,
-                               check_tensor, on_device_of, runs_reference, by_reference)
+                               check_tensor, on_device_of, runs_reference, by_reference, autocast_as_matmul)
 
 ACTIVATIONS = ("none", "relu", "gelu")
 SQRT_2_OVER_PI = tl.constexpr(math.sqrt(2 / math.pi))
@@ -370,7 +370,7 @@ def _check_backward(a, b, saved, grad_out, activation, with_bias):
     check_like(op, "saved", saved, out_shape if activation != "none" else (0,), a, contiguous=True)
 
 
-MATMUL = kernel_op(
+MATMUL = differentiable_op(
     "matmul", forward=_forward, backward=_backward, save=_save, gradients=_gradients,
     check=lambda a, b, bias, activation: _check_inputs("matmul", a, b, bias, activation),
     check_backward=_check_backward, differentiable={"a": 0, "b": 1, "bias": 2}, inference=_inference,
@@ -435,6 +435,7 @@ def matmul(a, b, *, bias=None, activation=None):
         >>> matmul(a, b, bias=bias, activation="relu").shape
         torch.Size([8, 16])
     """
+    a, b, bias = autocast_as_matmul(a, b, bias)
     _check_inputs("matmul", a, b, bias, "none" if activation is None else activation, PUBLIC_DTYPES)
     if runs_reference(a, b, bias):
         return by_reference(references.matmul, a, b, bias, activation)

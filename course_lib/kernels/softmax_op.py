@@ -26,11 +26,11 @@ import triton
 import triton.language as tl
 
 from ..core import references
-from ..core.operator import kernel_op
+from ..core.operator import differentiable_op
 from ..core.plans import LaunchPlan, TunedOn, warps_for
 from ..core.runtime import cdiv, launch, multiprocessor_count, next_power_of_2
 from ..core.validation import (FLOAT_DTYPES, INT32_LIMIT, PUBLIC_DTYPES, check_anchor, check_index_range, check_like,
-                               check_tensor, on_device_of, runs_reference, by_reference)
+                               check_tensor, on_device_of, runs_reference, by_reference, autocast_as_float32_ops)
 
 # Causal loads fetch keys up to the diagonal rounded up to this many columns: a load
 # mask that is constant over aligned groups of 16 lets Triton issue 16-byte vector
@@ -498,7 +498,7 @@ def _check_backward(y, grad_y, causal, diagonal, anchor=None):
     check_like(op, "grad_y", grad_y, y.shape, y)
 
 
-SOFTMAX = kernel_op(
+SOFTMAX = differentiable_op(
     "softmax", forward=_forward, backward=_backward, save=_save_output, gradients=_gradients,
     check=_check_operator_input, check_backward=_check_backward, differentiable={"x": 0}, anchored=True,
 )
@@ -567,6 +567,7 @@ def softmax(x, dim=-1, *, causal=False):
     op = "causal_softmax" if causal is True else "softmax"
     _check_input(op, x, causal, dtypes=PUBLIC_DTYPES)
     _check_dim(op, x, dim, causal)
+    (x,) = autocast_as_float32_ops(x)
     if dim % x.ndim != x.ndim - 1:
         return softmax(x.movedim(dim, -1)).movedim(-1, dim)
     if runs_reference(x):
@@ -607,6 +608,7 @@ def causal_softmax(x, diagonal=None):
         torch.Size([2, 3, 6])
     """
     _check_input("causal_softmax", x, True, diagonal, dtypes=PUBLIC_DTYPES)
+    (x,) = autocast_as_float32_ops(x)
     if runs_reference(x):
         return by_reference(references.causal_softmax, x, diagonal or 0)
     if not diagonal:  # None or 0: the square case, within any bounds

@@ -7,6 +7,7 @@ from torch.autograd import forward_ad
 
 from course_lib import (LayerNorm, causal_softmax, coor_descent, layernorm, local_causal_attention, softmax,
                         weighted_sum)
+from course_lib import matmul as course_matmul
 from course_lib.core.runtime import DEVICE, ON_GPU
 
 
@@ -423,3 +424,41 @@ def test_outputs_may_be_changed_in_place(op, fn, make):
         return
     for got, want in zip(torch.autograd.grad(y, leaves, grad_y), expected):
         torch.testing.assert_close(got, want)
+
+
+# ------------------------------------------------------------------------------ autocast
+
+def _local_attention_by_torch(q, k, v):
+    from course_lib.core import references
+    return references.local_causal_attention(q, k, v, 4)
+
+
+# (course_lib's call, torch's own expression): under autocast both give one dtype and one value.
+AUTOCAST_CASES = {
+    "softmax": (lambda x, w, m: softmax(x), lambda x, w, m: torch.softmax(x, -1)),
+    "causal_softmax": (lambda x, w, m: causal_softmax(x[:7, :7]),
+                       lambda x, w, m: torch.softmax(x[:7, :7].masked_fill(torch.ones(7, 7, dtype=torch.bool,
+                                                                          device=x.device).triu(1), -torch.inf), -1)),
+    "layernorm": (lambda x, w, m: layernorm(x, w, w), lambda x, w, m: torch.nn.functional.layer_norm(x, (24,), w, w)),
+    "LayerNorm": (lambda x, w, m: LayerNorm(24, device=x.device)(x),
+                  lambda x, w, m: torch.nn.LayerNorm(24, device=x.device)(x)),
+    "matmul": (lambda x, w, m: course_matmul(x, m), lambda x, w, m: x @ m),
+    "local_causal_attention": (lambda x, w, m: local_causal_attention(*[x[None, None, :, :16]] * 3, 4),
+                               lambda x, w, m: _local_attention_by_torch(*[x[None, None, :, :16]] * 3)),
+}
+
+
+@pytest.mark.parametrize("autocast_dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("input_dtype", [torch.float32, torch.bfloat16], ids=["x-float32", "x-bf16"])
+@pytest.mark.parametrize("name", AUTOCAST_CASES)
+def test_under_autocast_each_function_gives_torchs_dtype(name, input_dtype, autocast_dtype):
+    """CUDA autocast computes softmax and layer_norm in float32 and matrix products in its
+    dtype; CPU autocast only the products: course_lib's functions follow torch's."""
+    ours, theirs = AUTOCAST_CASES[name]
+    x = torch.randn(9, 24, device=DEVICE).to(input_dtype)
+    w, m = torch.randn(24, device=DEVICE), torch.randn(24, 8, device=DEVICE)
+    with torch.autocast(DEVICE.type, dtype=autocast_dtype):
+        got, expected = ours(x, w, m), theirs(x, w, m)
+    assert got.dtype == expected.dtype, f"{name}: {got.dtype} under autocast, torch gives {expected.dtype}"
+    tolerance = 2e-2 if expected.dtype != torch.float32 or input_dtype != torch.float32 else 1e-5
+    torch.testing.assert_close(got.float(), expected.float(), atol=tolerance, rtol=tolerance)

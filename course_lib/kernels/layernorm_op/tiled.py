@@ -43,7 +43,8 @@ from ...core.rows import as_rows, known_multiple_of, shaped_like, sum_partial_ro
 from ...core.runtime import cdiv, is_cooperative_refusal, launch, multiprocessor_count
 from ...core.validation import (FLOAT_DTYPES, INT32_LIMIT, PUBLIC_DTYPES, _names, check_index_range, check_like,
                                 check_same_device, check_tensor, first_order_only, first_order_only_as,
-                                held_for_first_order_only, on_device_of, runs_reference, by_reference)
+                                held_for_first_order_only, on_device_of, runs_reference, by_reference,
+                                autocast_as_float32_ops)
 
 # ---------------------------------------------------------------------------- kernels
 
@@ -514,6 +515,7 @@ def _normalized_shape(op, normalized_shape):
 
 
 def _layernorm(op, names, x, gamma, beta, eps, stable):
+    x, gamma, beta = autocast_as_float32_ops(x, gamma, beta)
     _check_inputs(op, x, gamma, beta, eps, names, dtypes=PUBLIC_DTYPES)
     _check_flag(op, "stable", stable)
     eps = float(eps)
