@@ -6,10 +6,11 @@ results' "host" rows.
 
 A step as a user's loop runs it (gradients set to None, forward, backward), timed on the
 host while the GPU is kept busy, so that the host never waits for it: what eager mode costs
-before any kernel runs. course_lib's step and torch's take turns in rounds (the host's speed
-drifts over seconds), and each row holds the median of its rounds as ``ms`` and the GPU's
-own time of the same step (the profiler's kernels) as ``gpu_ms``: a step whose host time
-passes its GPU time is host-bound, and there its host time is its speed.
+before any kernel runs. course_lib's step, torch's and the floor's (benchmarks.floor: the same
+Triton kernels in a bare autograd.Function, the least such a step can cost) take turns in
+rounds (the host's speed drifts over seconds), and each row holds the median of its rounds
+as ``ms`` and the GPU's own time of the same step (the profiler's kernels) as ``gpu_ms``: a
+step whose host time passes its GPU time is host-bound, and there its host time is its speed.
 """
 
 import argparse
@@ -36,24 +37,27 @@ SHAPES = {
 
 
 def host_rows(kernel, shape, dtype):
-    """The course_lib and torch "host" rows of one kernel at one shape."""
-    steps = kernel_steps(kernel, shape, dtype)
+    """The course_lib, torch and floor "host" rows of one kernel at one shape."""
+    steps = kernel_steps(kernel, shape, dtype, with_floor=True)
     times = {impl: [] for impl in steps}
+    order = list(steps)
     for round_ in range(ROUNDS):
-        for impl in list(steps)[round_ % 2:] + list(steps)[:round_ % 2]:  # a new first each round
+        first = round_ % len(order)
+        for impl in order[first:] + order[:first]:  # a new first each round
             times[impl].append(host_us(steps[impl]))
-    rows = []
+    rows = {}
     for impl, step in steps.items():
         gpu_us = profile(step)[0]
-        rows.append({"kernel": kernel, "pass": "host", "impl": impl, "dtype": str(dtype).replace("torch.", ""),
-                     "shape": list(shape), "ms": statistics.median(times[impl]) / 1e3, "gpu_ms": gpu_us / 1e3,
-                     "host_ms_rounds": [t / 1e3 for t in times[impl]]})
-    ours_row, torch_row = rows
-    print(f"{kernel:>14} {rows[0]['dtype']:>8} {str(list(shape)):>18}  host {ours_row['ms'] * 1e3:7.1f} us "
-          f"(GPU {ours_row['gpu_ms'] * 1e3:7.1f})  torch host {torch_row['ms'] * 1e3:7.1f} us "
-          f"(GPU {torch_row['gpu_ms'] * 1e3:7.1f})  ours / torch's host time {ours_row['ms'] / torch_row['ms']:.2f}",
+        rows[impl] = {"kernel": kernel, "pass": "host", "impl": impl, "dtype": str(dtype).replace("torch.", ""),
+                      "shape": list(shape), "ms": statistics.median(times[impl]) / 1e3, "gpu_ms": gpu_us / 1e3,
+                      "host_ms_rounds": [t / 1e3 for t in times[impl]]}
+    ours, theirs, floor = rows["course_lib"], rows["torch"], rows["floor"]
+    print(f"{kernel:>14} {ours['dtype']:>8} {str(list(shape)):>18}  host {ours['ms'] * 1e3:7.1f} us "
+          f"(GPU {ours['gpu_ms'] * 1e3:7.1f})  torch host {theirs['ms'] * 1e3:7.1f} us "
+          f"(GPU {theirs['gpu_ms'] * 1e3:7.1f})  floor host {floor['ms'] * 1e3:7.1f} us  "
+          f"ours / torch's host time {ours['ms'] / theirs['ms']:.2f}  ours / floor's {ours['ms'] / floor['ms']:.2f}",
           flush=True)
-    return rows
+    return list(rows.values())
 
 
 def main():

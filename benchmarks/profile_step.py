@@ -31,6 +31,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from benchmarks import floor
 from benchmarks.bench_routed_block import make_block
 from benchmarks.bench_softmax import masked_softmax
 from course_lib import causal_softmax, coor_descent, layernorm, softmax, weighted_sum
@@ -47,6 +48,9 @@ def _masked_softmax(x):
     return masked_softmax(x, _hidden_keys(x.shape[-1], x.device))
 
 
+# Coordinate descent's settings in every step (k: an eighth of the row), as its benchmarks take them.
+COOR_DESCENT_SETTINGS = {"n_iters": 20, "eps": 0.03, "eps_init": 4, "eps_decay": 0.7}
+
 # kernel -> (course_lib's function, torch's, the inputs' shapes as function of --shape, and what those are)
 KERNELS = {
     "weighted_sum": (weighted_sum, lambda x, w: x @ w, lambda shape: [shape, shape[-1:]]),
@@ -54,20 +58,29 @@ KERNELS = {
     "causal_softmax": (causal_softmax, _masked_softmax, lambda shape: [shape]),
     "layernorm": (layernorm, lambda x, g, b: F.layer_norm(x, x.shape[-1:], g, b),
                   lambda shape: [shape, shape[-1:], shape[-1:]]),
-    "coor_descent": (lambda s: coor_descent(s, n_iters=20, k=s.shape[-1] / 8, eps=0.03, eps_init=4, eps_decay=0.7),
-                     lambda s: references.coor_descent(s, n_iters=20, k=s.shape[-1] / 8, eps=0.03, eps_init=4,
-                                                       eps_decay=0.7),
+    "coor_descent": (lambda s: coor_descent(s, k=s.shape[-1] / 8, **COOR_DESCENT_SETTINGS),
+                     lambda s: references.coor_descent(s, k=s.shape[-1] / 8, **COOR_DESCENT_SETTINGS),
                      lambda shape: [shape]),
 }
 DEFAULT_SHAPES = {"weighted_sum": (65536, 1024), "softmax": (512, 4096), "causal_softmax": (64, 1024, 1024),
                   "layernorm": (16384, 1024), "coor_descent": (1024, 4096), "routed_block": (8, 2048, 512)}
 
 
-def kernel_steps(kernel, shape, dtype):
-    """{"course_lib": step, "torch": step} of one kernel's training step (training_step)."""
+def floor_function(kernel, *inputs):
+    """benchmarks.floor's function for ``kernel`` on these inputs: course_lib's kernels and nothing more."""
+    settings = {"k": inputs[0].shape[-1] / 8, **COOR_DESCENT_SETTINGS} if kernel == "coor_descent" else {}
+    return floor.FLOORS[kernel](*inputs, **settings)
+
+
+def kernel_steps(kernel, shape, dtype, with_floor=False):
+    """{"course_lib": step, "torch": step} of one kernel's training step (training_step), and
+    "floor": step where ``with_floor`` asks (benchmarks.floor), all on the same inputs."""
     ours, theirs, input_shapes = KERNELS[kernel]
     inputs = [torch.randn(s, device="cuda", dtype=dtype, requires_grad=True) for s in input_shapes(shape)]
-    return {"course_lib": training_step(ours, *inputs), "torch": training_step(theirs, *inputs)}
+    steps = {"course_lib": training_step(ours, *inputs), "torch": training_step(theirs, *inputs)}
+    if with_floor:
+        steps["floor"] = training_step(floor_function(kernel, *inputs), *inputs)
+    return steps
 
 
 def routed_block_steps(shape, dtype):

@@ -193,16 +193,18 @@ def kernel_table(rows):
 
 def host_table(rows):
     """The host's time for the eager training step: a line per (dtype, shape), course_lib's
-    and torch's, their ratio, and the GPU's own time of each step beside it."""
-    lines = ["| dtype | shape | course_lib host | its GPU time | torch host | its GPU time | "
-             "course_lib ÷ torch | targets |", "|:--|:--|--:|--:|--:|--:|--:|:--|"]
+    and torch's with the GPU's own time of each step beside it, the floor's (the same kernels
+    in a bare autograd.Function, benchmarks/floor.py), and course_lib's against both."""
+    lines = ["| dtype | shape | course_lib host | its GPU time | torch host | its GPU time | floor host | "
+             "course_lib ÷ torch | course_lib ÷ floor | targets |", "|:--|:--|--:|--:|--:|--:|--:|--:|--:|:--|"]
     for key, impls in _cases(rows):
-        ours, theirs = impls.get("course_lib"), impls.get("torch")
-        ratio = ours["ms"] / theirs["ms"] if ours and theirs else None
+        ours, theirs, floor = impls.get("course_lib"), impls.get("torch"), impls.get("floor")
         lines.append("| " + " | ".join([
             escape(key[1]), fmt_shape(key[2]),
             *(fmt_ms(row.get(field) if row else None) for row in (ours, theirs) for field in ("ms", "gpu_ms")),
-            fmt_value(ratio), fmt_misses(_checks(impls)),
+            fmt_ms(floor["ms"] if floor else None),
+            *(fmt_value(ours["ms"] / other["ms"] if ours and other else None) for other in (theirs, floor)),
+            fmt_misses(_checks(impls)),
         ]) + " |")
     return lines
 

@@ -114,7 +114,8 @@ def test_host_rows_are_checked_against_torch_eager_and_get_their_own_table(tmp_p
     """A host row's time is the host's (benchmarks/host.py): at most 1.5 times torch eager's,
     on whichever time the check reads, listed in a table of their own with the GPU times."""
     rows = [result("layernorm", "host", "course_lib", (16, 32), ms=ours_ms, gpu_ms=0.05),
-            result("layernorm", "host", "torch", (16, 32), ms=0.2, gpu_ms=0.1)]
+            result("layernorm", "host", "torch", (16, 32), ms=0.2, gpu_ms=0.1),
+            result("layernorm", "host", "floor", (16, 32), ms=0.1, gpu_ms=0.05)]  # benchmarks/floor.py, unchecked
     (host_check,) = targets.check(rows[0], rows[1])
     assert host_check.target.measure == targets.HOST
     assert host_check.value == host_check.gpu_value == pytest.approx(ours_ms / 0.2)
@@ -125,6 +126,8 @@ def test_host_rows_are_checked_against_torch_eager_and_get_their_own_table(tmp_p
     host_section = page.split("Host time of `layernorm`")[1]
     table_row = next(line for line in host_section.splitlines() if line.startswith("| float32 | 16×32 |"))
     assert f"| {ours_ms * 1e3:.1f}" in table_row or f"{ours_ms:.3f}" in table_row
+    # the floor's time, then course_lib's ÷ torch's and ÷ the floor's
+    assert f"| 0.1000 | {ours_ms / 0.2:.3g} | {ours_ms / 0.1:.3g} |" in table_row
     assert table_row.endswith("| ✓ |") is met
     assert "| host |" not in page.split("## Test GPU")[1].split("Host time")[0]  # not in the kernels' table
 

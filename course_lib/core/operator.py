@@ -15,7 +15,7 @@ A kernel module states, once each:
   ``check_backward(*arguments)``, the backward operator's: the shapes, dtypes and devices
   of what the forward saved, so that neither operator reads memory it was not given.
 
-From these :func:`kernel_op` builds a :class:`KernelOp`:
+From these :func:`differentiable_op` builds a :class:`KernelOp`:
 
 - ``operator`` and ``backward_operator``, ``course_lib::<name>`` and
   ``course_lib::<name>_backward``, what torch.compile traces (chapter 5). On a GPU they
@@ -78,9 +78,9 @@ def _graph_input_needing_grad(inputs, positions):
                  and (t.grad_fn is None or not t.grad_fn.next_functions)), None)
 
 
-def kernel_op(name, *, forward, backward, save, gradients, check, check_backward, differentiable, inference=None,
-              eager_backward=None, finish=lambda output: output, error_name=None, function_name=None,
-              anchored=False):
+def differentiable_op(name, *, forward, backward, save, gradients, check, check_backward, differentiable,
+                      inference=None, eager_backward=None, finish=lambda output: output, error_name=None,
+                      function_name=None, anchored=False):
     """The operators, autograd.Function and dispatch of one kernel (see the module's
     docstring). ``differentiable`` names the inputs that may need a gradient, with their
     positions; ``inference`` is a cheaper forward for calls that need no gradient (by
@@ -144,3 +144,4 @@ def kernel_op(name, *, forward, backward, save, gradients, check, check_backward
         def inference(*inputs):
             return _first(forward(*inputs))
     return KernelOp(name, error_name, operator, backward_operator, Function, dict(differentiable), inference, finish)
+

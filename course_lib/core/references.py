@@ -4,6 +4,8 @@ They favour clarity over speed. Tests call them on float64 copies of the inputs,
 reference is more precise than the kernel it checks.
 """
 
+import functools
+
 import torch
 
 
@@ -20,16 +22,13 @@ def weighted_sum_backward(x, weight, grad_y):
 
 
 def softmax(x):
-    """Softmax over the last dimension, computed as exp(x - max) / sum(exp(x - max)).
+    """Softmax over the last dimension, exp(x - max) / sum(exp(x - max)) (torch.softmax).
 
     A row whose every entry is -inf has nothing to weigh: it gives zeros (and a zero
     gradient) instead of the NaN of ``torch.softmax``. A NaN entry makes its row NaN.
     """
-    row_max = x.amax(dim=-1, keepdim=True)
-    nothing_visible = row_max == float("-inf")
-    numerator = torch.exp(x - row_max.masked_fill(nothing_visible, 0.0))
-    total = numerator.sum(dim=-1, keepdim=True)
-    return numerator / total.masked_fill(nothing_visible, 1.0)
+    nothing_visible = x.amax(dim=-1, keepdim=True) == float("-inf")
+    return torch.softmax(x.masked_fill(nothing_visible, 0.0), dim=-1).masked_fill(nothing_visible, 0.0)
 
 
 def causal_mask(n, device=None):
@@ -50,7 +49,8 @@ def softmax_backward(y, grad_y):
 
 
 def layernorm(x, gamma, beta=None, eps=1e-5, stable=False):
-    """LayerNorm over the last dimension: (z - mean) / sqrt(var + eps) * gamma + beta.
+    """LayerNorm over the last dimension: (z - mean) / sqrt(var + eps) * gamma + beta
+    (F.layer_norm).
 
     z is x, or with ``stable=True`` x divided by its row maximum (the seed's option,
     whatever the sign of the maximum). The variance is biased (divides by N), as in
@@ -58,14 +58,11 @@ def layernorm(x, gamma, beta=None, eps=1e-5, stable=False):
     """
     if stable:
         x = x / x.amax(dim=-1, keepdim=True)
-    mean = x.mean(dim=-1, keepdim=True)
-    var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
-    y = (x - mean) * torch.rsqrt(var + eps)
-    if gamma is not None:
-        y = y * gamma
-    if beta is not None:
-        y = y + beta
-    return y
+    # F.layer_norm wants one dtype: the widest of them, as the arithmetic would promote to
+    tensors = [t for t in (x, gamma, beta) if t is not None]
+    dtype = functools.reduce(torch.promote_types, [t.dtype for t in tensors])
+    x, gamma, beta = (None if t is None else t.to(dtype) for t in (x, gamma, beta))
+    return torch.nn.functional.layer_norm(x, x.shape[-1:], gamma, beta, eps)
 
 
 def coor_descent(s, *, n_iters, k, eps=0.1, eps_init=None, eps_decay=1.0, mask=None):
@@ -134,9 +131,10 @@ def local_causal_attention(q, k, v, window, scale=None):
     """Local causal attention written densely: query i sees keys j with
     (i // window - 1) * window <= j <= i, its own window up to itself and the window
     before; scores scaled by ``scale``, by default 1 / sqrt(d). q, k, v: (b, h, n, d).
-    An n × n matrix: for tests, not for long sequences."""
+    An n × n mask: for tests and the CPU, not for long sequences on a GPU."""
     position = torch.arange(q.shape[-2], device=q.device)
     first_key = (position // window - 1) * window
     visible = (position[None, :] <= position[:, None]) & (position[None, :] >= first_key[:, None])
     scores = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5 if scale is None else scale)
-    return softmax(scores.masked_fill(~visible, float("-inf"))) @ v
+    # every query sees itself, so no row is empty: torch.softmax needs no guard here
+    return torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1) @ v

@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 from ..core import references
-from ..core.operator import kernel_op
+from ..core.operator import differentiable_op
 from ..core.plans import LaunchPlan, TunedOn
 from ..core.runtime import ON_GPU, cdiv, launch, next_power_of_2
 from ..core.validation import (FLOAT_DTYPES, PUBLIC_DTYPES, check_index_range, check_like, check_same_device_and_dtype,
@@ -368,7 +368,7 @@ def _check_backward(grad_out, q, k, v, out, lse, window):
     check_like(op, "lse", lse, (b * h, n), q, dtype=torch.float32, contiguous=True)
 
 
-LOCAL_ATTENTION = kernel_op(
+LOCAL_ATTENTION = differentiable_op(
     "local_attention", forward=_forward, backward=_backward, save=_save_for_backward, gradients=_gradients,
     check=lambda q, k, v, window: _check_inputs("local_causal_attention", q, k, v, window),
     check_backward=_check_backward,

@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 
 from ..core import references
-from ..core.operator import kernel_op
+from ..core.operator import differentiable_op
 from ..core.plans import LaunchPlan, TunedOn, warps_for
 from ..core.rows import as_rows, known_multiple_of, shaped_like, sum_partial_rows, vector_width, width_hint
 from ..core.runtime import cdiv, launch, multiprocessor_count, next_power_of_2
@@ -280,7 +280,7 @@ def _check_backward(x, weight, grad_y):
     check_like("weighted_sum_backward", "grad_y", grad_y, x.shape[:-1], x)
 
 
-WEIGHTED_SUM = kernel_op(
+WEIGHTED_SUM = differentiable_op(
     "weighted_sum", forward=_forward, backward=_backward, save=_save_inputs, gradients=_gradients,
     check=lambda x, weight: _check_inputs("weighted_sum", x, weight), check_backward=_check_backward,
     differentiable={"x": 0, "weight": 1},

@@ -16,7 +16,7 @@ def randn(*shape, dtype=torch.float32):
     return torch.randn(*shape, device=DEVICE, dtype=dtype)
 
 
-def test_every_kernel_module_makes_its_operators_with_kernel_op():
+def test_every_kernel_module_makes_its_operators_with_differentiable_op():
     for kernel in KERNELS:
         if not kernel.module.startswith("kernels."):
             continue

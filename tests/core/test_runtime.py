@@ -347,3 +347,14 @@ def test_bfloat16_arithmetic_is_a_gpus_under_the_interpreter():
         out = torch.empty_like(x)
         kernel[(1,)](x, y, out, scale, SIZE=64)
     torch.testing.assert_close(out.float(), expected.float(), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.skipif(not runtime.ON_GPU, reason="CPU tensors beside a GPU")
+def test_cpu_tensors_beside_a_gpu_are_computed_by_the_references():
+    import course_lib
+
+    x = torch.randn(5, 37)
+    torch.testing.assert_close(course_lib.softmax(x), torch.softmax(x, -1))
+    torch.testing.assert_close(course_lib.layernorm(x, None), torch.nn.functional.layer_norm(x, (37,)))
+    with pytest.raises(ValueError, match="weight is on cuda.* but x is on cpu|x is on cpu.* but weight|same device"):
+        course_lib.weighted_sum(x, torch.randn(37, device="cuda"))

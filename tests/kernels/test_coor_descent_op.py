@@ -5,9 +5,9 @@ import torch
 
 from conftest import COMPILE_MODES, TOLERANCES, assert_compiled_refuses, assert_compiles_whole, gpu_only, poison_cached_memory
 from course_lib.core import references
-from course_lib.kernels import coor_descent_op as module
-from course_lib.kernels.coor_descent_op import coor_descent
-from course_lib.core.runtime import DEVICE, ON_GPU, pick
+from course_lib.kernels.coor_descent_op import coor_descent, launchers
+from course_lib.kernels.coor_descent_op.checks import MAX_N_ITERS
+from course_lib.core.runtime import DEVICE, ON_GPU, multiprocessor_count, pick
 
 
 ISSUE_SETTINGS = dict(eps=0.03, eps_init=4, eps_decay=0.7)  # CoLT5's fine-tuning follow-up
@@ -211,16 +211,16 @@ def test_half_precision_computes_in_float32(dtype):
 def small_tiles(monkeypatch):
     """Split rows longer than 16 columns into tiles of 8 to 16: the split kernels at
     sizes the interpreter runs quickly (there, the forward takes a launch a step)."""
-    monkeypatch.setattr(module, "ROW_BLOCK_MAX", 16)
-    monkeypatch.setattr(module, "SPLIT_TILE_MIN", 8)
-    monkeypatch.setattr(module, "BACKWARD_ROW_BLOCK_MAX", 16)
-    monkeypatch.setattr(module, "BACKWARD_SPLIT_TILE", 8)
+    monkeypatch.setattr(launchers, "ROW_BLOCK_MAX", 16)
+    monkeypatch.setattr(launchers, "SPLIT_TILE_MIN", 8)
+    monkeypatch.setattr(launchers, "BACKWARD_ROW_BLOCK_MAX", 16)
+    monkeypatch.setattr(launchers, "BACKWARD_SPLIT_TILE", 8)
 
 
 @pytest.mark.parametrize("shape", [(3, 17), (1, 100), (2, 2, 33)] + pick(gpu=[(50, 100), (7, 3000)], cpu=[]), ids=str)
 @pytest.mark.parametrize("masked", [False, True], ids=["unmasked", "masked"])
 def test_split_rows(small_tiles, shape, masked):
-    assert module.forward_plan(math.prod(shape[:-1]), shape[-1]).tiles > 1
+    assert launchers.forward_plan(math.prod(shape[:-1]), shape[-1]).tiles > 1
     s = torch.randn(shape, device=DEVICE)
     mask = random_mask(shape) if masked else None
     check_against_reference(s, random_k(shape, per_row=True), dict(n_iters=20, **ISSUE_SETTINGS), mask=mask)
@@ -328,39 +328,39 @@ def test_empty_rows():
 @pytest.mark.parametrize("n_cols", [1, 2, 16, 17, 1000, 16384, 16385, 131072, 2**24])
 @pytest.mark.parametrize("n_rows", [1, 4, 256, 100_000])
 def test_plans_are_valid(n_rows, n_cols):
-    plan = module.forward_plan(n_rows, n_cols)
+    plan = launchers.forward_plan(n_rows, n_cols)
     assert plan.block & (plan.block - 1) == 0 and plan.block * plan.tiles >= n_cols > plan.block * (plan.tiles - 1)
     assert 1 <= plan.row_programs <= n_rows and 1 <= plan.num_warps <= 16
     if plan.single_launch and plan.tiles > 1:  # split rows wait on each other: all resident
-        assert ON_GPU and plan.tiles * plan.row_programs <= module.multiprocessor_count()
-    backward = module.backward_plan(n_rows, n_cols)
+        assert ON_GPU and plan.tiles * plan.row_programs <= multiprocessor_count()
+    backward = launchers.backward_plan(n_rows, n_cols)
     assert backward.block * backward.tiles >= n_cols > backward.block * (backward.tiles - 1)
-    assert backward.block <= module.MAX_COUNTED_TILE
+    assert backward.block <= launchers.MAX_COUNTED_TILE
 
 
 def test_refuses_a_plan_that_would_hang():
     s = torch.randn(2, 64, device=DEVICE)
-    schedule = module.eps_schedule(5, 0.1, None, 1.0, s.device)
-    too_many = module.ForwardPlan(8, 8, 2 * module.multiprocessor_count(), 1, True)
+    schedule = launchers.eps_schedule(5, 0.1, None, 1.0, s.device)
+    too_many = launchers.ForwardPlan(8, 8, 2 * multiprocessor_count(), 1, True)
     with pytest.raises(ValueError, match="would hang: split rows in one launch wait on each other"):
-        module.coor_descent_forward(s, None, 1.0, schedule, too_many)
+        launchers.coor_descent_forward(s, None, 1.0, schedule, too_many)
 
 
 def test_refuses_a_backward_tile_too_wide_for_its_counts():
     s = torch.randn(2, 64, device=DEVICE)
-    schedule = module.eps_schedule(5, 0.1, None, 1.0, s.device)
-    _, a, row_max = module.coor_descent_forward(s, None, 1.0, schedule)
-    too_wide = module.BackwardPlan(2**16, 1, 4)
+    schedule = launchers.eps_schedule(5, 0.1, None, 1.0, s.device)
+    _, a, row_max = launchers.coor_descent_forward(s, None, 1.0, schedule)
+    too_wide = launchers.BackwardPlan(2**16, 1, 4)
     with pytest.raises(ValueError, match="more than 65535 columns"):
-        module.coor_descent_backward(s, None, 1.0, schedule, a, row_max, torch.randn_like(s), too_wide)
+        launchers.coor_descent_backward(s, None, 1.0, schedule, a, row_max, torch.randn_like(s), too_wide)
 
 
 def test_counts_up_to_the_widest_whole_row():
     # The backward counts two iterations in the 16-bit halves of one int32: with k
     # near n almost every column lies above -a_t, and a count of the widest whole
     # row (BACKWARD_ROW_BLOCK_MAX columns) must not spill into the other half.
-    n = module.BACKWARD_ROW_BLOCK_MAX
-    assert module.backward_plan(2, n).tiles == 1
+    n = launchers.BACKWARD_ROW_BLOCK_MAX
+    assert launchers.backward_plan(2, n).tiles == 1
     s = torch.randn(2, n, device=DEVICE)
     k = torch.tensor([n - 3.0, n / 2], device=DEVICE, requires_grad=True)
     check_against_reference(s, k, dict(n_iters=6, eps=0.5))
@@ -373,7 +373,7 @@ def test_counts_up_to_the_widest_whole_row():
 @pytest.mark.parametrize("per_row", [False, True], ids=["k_number", "k_per_row"])
 @pytest.mark.parametrize("shape", [(4, 131072), (2, 262144)], ids=str)
 def test_few_long_rows(shape, per_row):
-    assert module.forward_plan(*shape).tiles > 1
+    assert launchers.forward_plan(*shape).tiles > 1
     s = torch.randn(shape, device=DEVICE)
     check_against_reference(s, random_k(shape, per_row), dict(n_iters=20, **ISSUE_SETTINGS), mask=random_mask(shape))
 
@@ -381,11 +381,11 @@ def test_few_long_rows(shape, per_row):
 @gpu_only
 def test_one_launch_a_step_matches_one_launch_bit_for_bit():
     s = torch.randn(6, 50_000, device=DEVICE)
-    schedule = module.eps_schedule(20, 0.03, 4.0, 0.7, s.device)
-    plan = module.forward_plan(*s.shape)
+    schedule = launchers.eps_schedule(20, 0.03, 4.0, 0.7, s.device)
+    plan = launchers.forward_plan(*s.shape)
     assert plan.single_launch and plan.tiles > 1
-    together = module.coor_descent_forward(s, None, math.log(100), schedule, plan)
-    stepwise = module.coor_descent_forward(s, None, math.log(100), schedule, plan._replace(single_launch=False))
+    together = launchers.coor_descent_forward(s, None, math.log(100), schedule, plan)
+    stepwise = launchers.coor_descent_forward(s, None, math.log(100), schedule, plan._replace(single_launch=False))
     for one, other in zip(together, stepwise):
         assert torch.equal(one, other)
 
@@ -394,7 +394,7 @@ def test_one_launch_a_step_matches_one_launch_bit_for_bit():
 @pytest.mark.parametrize("shape", [(4, 131072), (2, 262144)], ids=str)
 def test_split_rows_are_bitwise_deterministic(shape):
     # 32 and 64 tiles a row: fewer slots than a program's threads, once a race (_gather).
-    assert module.forward_plan(*shape).tiles > 1
+    assert launchers.forward_plan(*shape).tiles > 1
     s = torch.randn(shape, device=DEVICE, requires_grad=True)
     dy = torch.randn_like(s)
     runs = []
@@ -492,7 +492,7 @@ def test_rejects_eps_outside_float32(name, value):
 def test_rejects_more_iterations_than_it_takes():
     """The eps table and the saved (rows, n_iters) table grow with n_iters: a huge count
     would hang building them."""
-    with pytest.raises(ValueError, match=f"n_iters must be at most {module.MAX_N_ITERS}, got 10000000"):
+    with pytest.raises(ValueError, match=f"n_iters must be at most {MAX_N_ITERS}, got 10000000"):
         coor_descent(scores(), n_iters=10**7, k=1)
 
 
@@ -574,8 +574,8 @@ def test_a_nan_score_makes_its_row_nan_as_the_reference_does(split, monkeypatch)
     """A GPU's max and min skip a NaN; the kernels still give its row NaN (max_or_nan),
     in whole rows and in rows split across programs."""
     if split:
-        monkeypatch.setattr(module, "ROW_BLOCK_MAX", 16)
-        monkeypatch.setattr(module, "SPLIT_TILE_MIN", 8)
+        monkeypatch.setattr(launchers, "ROW_BLOCK_MAX", 16)
+        monkeypatch.setattr(launchers, "SPLIT_TILE_MIN", 8)
     s = torch.randn(3, 40, device=DEVICE)
     s[1, 33] = float("nan")
     got = coor_descent(s, n_iters=5, k=3.0)
@@ -590,8 +590,8 @@ def test_a_nan_score_makes_its_rows_gradient_nan_as_the_reference_does(split, mo
     """The backward of a row with a NaN score is NaN, as autograd through the reference
     gives it (a GPU's max would skip the NaN); the other rows' gradients are the reference's."""
     if split:
-        monkeypatch.setattr(module, "ROW_BLOCK_MAX", 16)
-        monkeypatch.setattr(module, "SPLIT_TILE_MIN", 8)
+        monkeypatch.setattr(launchers, "ROW_BLOCK_MAX", 16)
+        monkeypatch.setattr(launchers, "SPLIT_TILE_MIN", 8)
     s = torch.randn(3, 40, device=DEVICE)
     s[1, 33] = float("nan")
     weights = torch.randn(3, 40, device=DEVICE)

@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from conftest import COMPILE_MODES, DTYPES, assert_compiled_refuses, assert_compiles_whole, assert_matches, far_apart
+from conftest import (COMPILE_MODES, DTYPES, TOLERANCES, assert_compiled_refuses, assert_compiles_whole, assert_matches,
+                      far_apart)
 from course_lib.core import references
 from course_lib.kernels import local_attention_op as la
 from course_lib.core.plans import LaunchPlan
@@ -324,3 +325,18 @@ def test_scale_must_be_a_finite_number():
         local_causal_attention(q, q, q, 2, scale="0.5")
     with pytest.raises(ValueError, match="local_causal_attention: scale must be finite, got inf"):
         local_causal_attention(q, q, q, 2, scale=float("inf"))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_values_near_the_largest_of_their_dtype_give_a_finite_output(dtype):
+    """The output is a convex combination of the values: finite wherever they are. Summed
+    with weights of up to 1 each before the division, 2 * window values near bfloat16's (or
+    float32's) largest passed float32's range, and came out inf."""
+    window, big = 16, 0.9 * torch.finfo(dtype).max
+    q, k = (torch.randn(2, 2, 70, 32, device=DEVICE, dtype=dtype) for _ in "qk")
+    v = ((torch.rand(2, 2, 70, 32, device=DEVICE) * 0.5 + 0.5) * big).to(dtype)  # all near big: no cancelling
+    out = local_causal_attention(q, k, v, window)
+    expected = references.local_causal_attention(q.double(), k.double(), v.double(), window)
+    assert out.isfinite().all()
+    rtol, _ = TOLERANCES[dtype]
+    torch.testing.assert_close(out.double(), expected, rtol=rtol, atol=0)  # relative: every value is near big

@@ -5,7 +5,7 @@ import pytest
 
 from course_lib.teaching import exercises
 from course_lib.teaching.fresh_checker import load_fresh_exercises, run_checker, variant_seed
-from course_lib.teaching.instructor import PACKAGE_DIR
+from course_lib.teaching.grading.package_copy import PACKAGE_DIR
 
 
 def RIGHT_GRADS(x, w, grad_y):  # exercise 1.2's answer, in PyTorch

@@ -1,4 +1,4 @@
-"""course_lib/teaching/kernel_verdicts.py for the PyTorch exercises (1.2, 3.2, 4.1, 5.1): an
+"""course_lib/teaching/torch_verdicts.py for the PyTorch exercises (1.2, 3.2, 4.1, 5.1): an
 answer taken as source, checked to be the grader's PyTorch language alone, and judged in a
 process of its own whose verdicts carry a secret."""
 
@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_lib.teaching import kernel_verdicts
+from course_lib.teaching import kernel_verdicts, torch_verdicts
 from course_lib.teaching.exercises import EXERCISES
-from course_lib.teaching.kernel_verdicts import (
+from course_lib.teaching.kernel_verdicts import run_verdicts
+from course_lib.teaching.torch_verdicts import (
     WITHOUT_AUTOGRAD_CHECKERS,
     NotPyTorch,
     check_torch_source,
     load_torch_function,
-    run_verdicts,
     torch_definition,
 )
 
@@ -205,9 +205,9 @@ def test_the_checkers_own_watch_on_autograd_still_runs_in_the_verdicts_process(m
         "    return x.grad, w.grad\n")
     with pytest.raises(NotPyTorch, match="without autograd"):
         check_torch_source(by_autograd, GRADS_NAME, without_autograd=True)
-    # Were the allowlist to let it through:
+    # Were the allowlist to let it through (each name patched where it is read):
     monkeypatch.setattr(kernel_verdicts, "WITHOUT_AUTOGRAD_CHECKERS", frozenset())
-    monkeypatch.setattr(kernel_verdicts, "TORCH_FUNCTIONS", kernel_verdicts.TORCH_FUNCTIONS | {"set_grad_enabled"})
+    monkeypatch.setattr(torch_verdicts, "TORCH_FUNCTIONS", torch_verdicts.TORCH_FUNCTIONS | {"set_grad_enabled"})
     out = io.StringIO()
     run_verdicts(PACKAGE, {"seed": 3, "kernels": [{"grade_id": "autograd", "checker": "check_weighted_sum_grads",
                                                    "name": GRADS_NAME, "source": by_autograd, "kind": "torch"}]},
@@ -222,10 +222,11 @@ def test_every_exercise_is_judged_out_of_the_notebooks_process():
     """Grading judges the kernels and the PyTorch answers from their source alone, and 5.3's two
     kernels and operator too (test_operator_verdicts.py)."""
     pytest.importorskip("nbformat")
-    from course_lib.teaching.instructor import OPERATOR_ANSWER, TORCH_ANSWER, _kernel_checkers, load_release
+    from course_lib.teaching.grading.release import load_release
+    from course_lib.teaching.grading.verdicts import OPERATOR_ANSWER, TORCH_ANSWER, out_of_process_checkers
 
     judged = {checker: kind for released in load_release(ROOT / "notebooks")
-              for checker, _, kind in _kernel_checkers(released).values()}
+              for checker, _, kind in out_of_process_checkers(released).values()}
     assert {checker for checker, kind in judged.items() if kind == TORCH_ANSWER} == set(ANSWERS)
     assert {checker for checker, kind in judged.items() if kind == OPERATOR_ANSWER} == {"check_scale_columns_op"}
     assert set(judged) == {exercise.checker for exercise in EXERCISES}

@@ -38,7 +38,7 @@ from .parts import (backward_config, column_block, first_values, forward_tiles, 
                               load_backward_rows, partial_rows, store_partial_row, stride_of, xhat_of)
 from .wide import backward_split_rows, backward_two_stages, can_split_rows, layernorm_forward_looped_kernel
 from ...core import references
-from ...core.operator import kernel_op
+from ...core.operator import differentiable_op
 from ...core.rows import as_rows, known_multiple_of, shaped_like, sum_partial_rows, width_hint
 from ...core.runtime import cdiv, is_cooperative_refusal, launch, multiprocessor_count
 from ...core.validation import (FLOAT_DTYPES, INT32_LIMIT, PUBLIC_DTYPES, _names, check_index_range, check_like,
@@ -321,7 +321,7 @@ def _check_backward(grad_y, x, gamma, has_beta, mean, rstd, param_dtype):
         raise TypeError(f"{op}: param_dtype must be gamma's dtype, {gamma.dtype}, got {param_dtype}")
 
 
-LAYERNORM = kernel_op(
+LAYERNORM = differentiable_op(
     "layernorm", forward=_forward, backward=_backward, save=_save_for_backward, gradients=_gradients,
     check=lambda x, gamma, beta, eps: _check_inputs("layernorm", x, gamma, beta, eps, any_float_params=True),
     check_backward=_check_backward,

@@ -1,12 +1,12 @@
-"""The instructor's side of grading: which student returned what, the gradebook CSV and a
-feedback page per student and assignment.
+"""The instructor's side of grading: which student returned what, the table of scores, the
+gradebook CSV and a feedback page per student and assignment.
 
 Returns are read in nbgrader's layout, ``SUBMISSIONS/<student>/<assignment>/*.ipynb`` (or the
 ``submitted/`` folder of an nbgrader course holding it), or from one flat folder whose files
 are named ``<student>_<released notebook>`` (``alice_01_weighted_sum.ipynb``: student
 ``alice``); a flat file named otherwise is its own student (its name without ``.ipynb``).
 
-Everything here is written atomically (a new file, then renamed over the old one, so that a
+Everything written here is written atomically (a new file, then renamed over the old one, so that a
 reader never sees half a file and a symbolic link planted at the path is replaced, not
 followed) into the grader's output folder, which no sandbox sees.
 """
@@ -22,6 +22,9 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from .package_copy import PACKAGE_DIR
+from .results import AS_RELEASED, CheckerResult, NotebookGrade
 
 NBGRADER_SUBMITTED = "submitted"
 UNSAFE_NAME_CHARACTERS = re.compile(r"[^A-Za-z0-9._-]+")
@@ -164,3 +167,71 @@ def feedback_path(out_folder: Path, grade) -> Path:
     """``<out_folder>/feedback/<student>/<assignment>.html``."""
     assignment = grade.assignment or Path(grade.notebook).stem
     return Path(out_folder) / FEEDBACK_DIR / safe_name(grade.student or "unknown") / f"{safe_name(assignment)}.html"
+
+
+PASSED_MARK = "✓"
+FAILED_MARK = "✗"
+
+
+def _checker_columns(grade: NotebookGrade) -> list[tuple[str, CheckerResult]]:
+    """(column name, result) for each checker; a label called twice gets ``#2``, ``#3``..."""
+    seen: dict[str, int] = {}
+    columns = []
+    for checker in grade.checkers:
+        seen[checker.label] = seen.get(checker.label, 0) + 1
+        count = seen[checker.label]
+        columns.append((checker.label if count == 1 else f"{checker.label}#{count}", checker))
+    return columns
+
+
+def _changed_checkers(grade: NotebookGrade) -> str:
+    changed: dict[str, list[str]] = {}
+    for name, checker in _checker_columns(grade):
+        if checker.in_return != AS_RELEASED:
+            changed.setdefault(checker.in_return, []).append(name)
+    return "; ".join(f"{state}: {', '.join(names)}" for state, names in changed.items())
+
+
+def format_table(grades: list[NotebookGrade]) -> str:
+    """A plain-text table for the instructor: one row per return with its student, assignment,
+    score, ✓/✗ per checker, the checker cells the return had edited or lost, and any problem.
+    Checkers are columns, in order of first appearance, so copies of one notebook line up; a
+    notebook without a column's checker leaves it blank. What the return's own cells printed or
+    raised is left to its feedback page, seen by its student alone."""
+    checker_names: list[str] = []
+    for grade in grades:
+        for name, _ in _checker_columns(grade):
+            if name not in checker_names:
+                checker_names.append(name)
+
+    header = ["student", "assignment", "score", *checker_names, "checker cells changed", "problem"]
+    rows = [header]
+    for grade in grades:
+        marks = {name: PASSED_MARK if checker.passed else FAILED_MARK for name, checker in _checker_columns(grade)}
+        rows.append([grade.student or "", grade.assignment or grade.notebook, grade.score,
+                     *(marks.get(name, "") for name in checker_names), _changed_checkers(grade), grade.problem or ""])
+
+    widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
+    lines = [
+        "  ".join(text.ljust(width) for text, width in zip(row, widths)).rstrip() for row in rows
+    ]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+GRADEBOOK_FILE = "gradebook.csv"
+
+
+def write_gradebook(grades: list[NotebookGrade], out_dir: str | Path, seed: int | None,
+                    commit: str | None = None) -> Path:
+    """``out_dir/gradebook.csv`` (:func:`gradebook_csv`) and, per student and assignment, a feedback
+    page (``out_dir/feedback/<student>/<assignment>.html``) and the graded notebook beside it
+    (``.ipynb``, where the return was run), each written atomically."""
+    out_dir = Path(out_dir)
+    commit = commit or course_commit(PACKAGE_DIR.parent)
+    for grade in grades:
+        page = feedback_path(out_dir, grade)
+        write_atomically(page, feedback_page(grade, seed, commit))
+        if grade.feedback_notebook is not None:
+            write_atomically(page.with_suffix(".ipynb"), grade.feedback_notebook)
+    return write_atomically(out_dir / GRADEBOOK_FILE, gradebook_csv(grades, seed, commit))

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.teaching import instructor
-from course_lib.teaching.instructor import format_table, grade_folder, stamp_exercise_metadata, write_gradebook
+from course_lib.teaching.exercise_metadata import stamp_exercise_metadata
+from course_lib.teaching.grading.gradebook import format_table, write_gradebook
+from course_lib.teaching.grading.grader import grade_folder
+from course_lib.teaching.grading.package_copy import PACKAGE_DIR, package_snapshot
 
 nbformat = pytest.importorskip("nbformat")
 new_code_cell = pytest.importorskip("nbformat.v4").new_code_cell
@@ -69,7 +71,7 @@ def test_every_escape_is_stopped_and_marked_and_honest_returns_keep_full_marks(t
     for student in ("m_honest", "z_honest"):
         lesson(submissions / student / "lesson" / "lesson.ipynb", f"secret = {CLASSMATE_SECRET!r}")
     returned = {path: path.read_bytes() for path in submissions.rglob("*.ipynb")}
-    package_before = instructor._snapshot(instructor.PACKAGE_DIR)
+    package_before = package_snapshot(PACKAGE_DIR)
 
     start = time.monotonic()
     grades = grade_folder(tmp_path / "course", release.parent, seed=7, timeout=60, jobs=2)
@@ -92,7 +94,7 @@ def test_every_escape_is_stopped_and_marked_and_honest_returns_keep_full_marks(t
     # Nothing outside the sandboxes changed, and nothing was left running.
     assert {path: path.read_bytes() for path in submissions.rglob("*.ipynb")} == returned
     assert release.read_bytes() == release_bytes
-    assert instructor._snapshot(instructor.PACKAGE_DIR) == package_before
+    assert package_snapshot(PACKAGE_DIR) == package_before
     assert not Path(f"/tmp/{TOKEN}").exists() and not (Path.home() / TOKEN).exists()
     assert not (REPO_ROOT / TOKEN).exists()
     time.sleep(0.5)

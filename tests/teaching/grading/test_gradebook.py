@@ -1,11 +1,14 @@
-"""Which student returned what, and the grader's files (course_lib/teaching/grading/gradebook.py)."""
+"""Which student returned what, the table of scores and the grader's files
+(course_lib/teaching/grading/gradebook.py)."""
 
+import csv
 from pathlib import Path
 
 import pytest
 
-from course_lib.teaching.grading.gradebook import (exercise_column, find_returns, safe_name, student_from_file_name,
-                                                   write_atomically)
+from course_lib.teaching.grading.gradebook import (exercise_column, find_returns, format_table, safe_name,
+                                                   student_from_file_name, write_atomically, write_gradebook)
+from course_lib.teaching.grading.results import CellError, CheckerResult, NotebookGrade
 
 
 def touch(path):
@@ -54,3 +57,45 @@ def test_an_atomic_write_replaces_a_planted_symlink_without_following_it(tmp_pat
     assert release.read_text() == "the release"
     assert not out.is_symlink() and out.read_text() == "student,score\n"
     assert [path.name for path in out.parent.iterdir()] == ["gradebook.csv"]  # no temporary file left
+
+
+EXAMPLE_GRADE = NotebookGrade(
+    notebook="example.ipynb",
+    release="lesson.ipynb",
+    student="alice",
+    assignment="lesson",
+    checkers=[
+        CheckerResult("exercise_1_1_checker", "check_x", True),
+        CheckerResult("exercise_1_2_checker", "check_x", False, "ValueError: x is wrong", "edited"),
+        CheckerResult("exercise_1_3_checker", "check_y", False, "did not finish: the kernel died", "missing"),
+    ],
+    errored_cells=[CellError(cell_index=5, error="ZeroDivisionError: division by zero")],
+    problem="the kernel died",
+)
+
+
+def test_format_table_lines_up_checkers_by_name_and_leaves_the_returns_own_errors_out():
+    other = NotebookGrade(notebook="other.ipynb", student="bob", problem="matches no notebook of the release")
+    assert format_table([EXAMPLE_GRADE, other]).splitlines() == [
+        "student  assignment   score       check_x  check_x#2  check_y  checker cells changed                problem",
+        "-------  -----------  ----------  -------  ---------  -------  -----------------------------------  "
+        + "-" * 34,
+        "alice    lesson       1/3         ✓        ✗          ✗        edited: check_x#2; missing: check_y  "
+        "the kernel died",
+        "bob      other.ipynb  not graded                                                                    "
+        "matches no notebook of the release",
+    ]
+
+
+def test_the_gradebook_has_a_row_per_student_and_assignment_and_a_feedback_page_each(tmp_path):
+    other = NotebookGrade(notebook="other.ipynb", student="bob", problem="matches no notebook of the release")
+    out = write_gradebook([EXAMPLE_GRADE, other], tmp_path / "graded", seed=7, commit="abc123")
+    with out.open(newline="") as csv_file:
+        assert list(csv.reader(csv_file)) == [
+            ["student", "assignment", "notebook", "1.1", "1.2", "1.3", "score", "max", "problem", "seed", "commit"],
+            ["alice", "lesson", "example.ipynb", "1", "0", "0", "1", "3", "the kernel died", "7", "abc123"],
+            ["bob", "", "other.ipynb", "", "", "", "0", "0", "matches no notebook of the release", "7", "abc123"],
+        ]
+    page = (tmp_path / "graded" / "feedback" / "alice" / "lesson.html").read_text()
+    assert "ValueError: x is wrong" in page and "ZeroDivisionError" in page and "seed 7" in page
+    assert (tmp_path / "graded" / "feedback" / "bob" / "other.html").exists()
