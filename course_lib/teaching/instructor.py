@@ -20,10 +20,10 @@ from pathlib import Path
 
 from .exercise_metadata import BEGIN_SOLUTION, END_SOLUTION, INSTALL_HINT, SOLUTION_TAG, stamp_exercise_metadata
 from .execution import DEFAULT_TIMEOUT, execute_in_place
-from .grading.gradebook import GRADEBOOK_FILE, course_commit, format_table, write_gradebook
+from ..core.benchmarking import code_commit
+from .grading.gradebook import GRADEBOOK_FILE, format_table, write_gradebook
 from .grading.graded_notebook import run_graded
 from .grading.grader import DEFAULT_MEMORY_LIMIT_GIB, DEFAULT_NOTEBOOK_TIMEOUT, grade_folder
-from .grading.package_copy import PACKAGE_DIR
 from .grading.sandbox import find_sandbox
 from .student_copies import REMOVE_IN_STUDENT_TAG, exercise_table, make_solutions_pages, make_student_copies
 
@@ -142,7 +142,7 @@ def _build_parser() -> argparse.ArgumentParser:
 def _grade_command(arguments) -> None:
     sandbox = find_sandbox(unsafe=arguments.unsafe)  # before anything runs: no sandbox, no grading
     seed = arguments.seed if arguments.seed is not None else secrets.randbelow(2**31)
-    commit = course_commit(PACKAGE_DIR.parent)
+    commit = code_commit()
     print(f"sandbox: {sandbox.name}; hidden inputs from seed {seed} (--seed {seed} grades the same way again); "
           f"course at commit {commit}", file=sys.stderr)
 

@@ -18,12 +18,11 @@ import html
 import io
 import os
 import re
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .package_copy import PACKAGE_DIR
+from ...core.benchmarking import code_commit
 from .results import AS_RELEASED, CheckerResult, NotebookGrade
 
 NBGRADER_SUBMITTED = "submitted"
@@ -97,16 +96,6 @@ def write_atomically(path: str | Path, text: str) -> Path:
         os.unlink(temporary)
         raise
     return path
-
-
-def course_commit(repository: Path) -> str:
-    """The commit the grading course_lib comes from (``unknown`` outside a git checkout)."""
-    try:
-        result = subprocess.run(["git", "-C", str(repository), "rev-parse", "HEAD"], capture_output=True,
-                                text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    return result.stdout.strip() if result.returncode == 0 else "unknown"
 
 
 def gradebook_csv(grades, seed: int | None, commit: str) -> str:
@@ -228,7 +217,7 @@ def write_gradebook(grades: list[NotebookGrade], out_dir: str | Path, seed: int 
     page (``out_dir/feedback/<student>/<assignment>.html``) and the graded notebook beside it
     (``.ipynb``, where the return was run), each written atomically."""
     out_dir = Path(out_dir)
-    commit = commit or course_commit(PACKAGE_DIR.parent)
+    commit = commit or code_commit()
     for grade in grades:
         page = feedback_path(out_dir, grade)
         write_atomically(page, feedback_page(grade, seed, commit))
