@@ -412,20 +412,22 @@ def test_module_with_float32_parameters_takes_low_precision_x(dtype):
         torch.testing.assert_close(p_ours.grad, p_theirs.grad, rtol=rtol, atol=atol * 4 ** 0.5)
 
 
-def test_module_under_autocast_keeps_the_dtype_autocast_gives_it():
-    # Under autocast a Linear returns the low-precision dtype; LayerNorm takes it with
-    # its float32 parameters and returns it in that dtype (torch on a CUDA GPU returns
-    # float32 there, as autocast runs its layer_norm in float32).
+def test_module_under_autocast_gives_the_dtype_torchs_gives():
+    # Under autocast a Linear returns the low-precision dtype; LayerNorm takes it with its
+    # float32 parameters. torch's runs layer_norm in float32 on a CUDA GPU (autocast's fp32
+    # list) and in the input's dtype on the CPU; course_lib's LayerNorm does the same.
     low = torch.bfloat16
     linear, norm = torch.nn.Linear(32, 48, device=DEVICE), LayerNorm(48, device=DEVICE)
+    torch_norm = torch.nn.LayerNorm(48, device=DEVICE)
     x = torch.randn(4, 32, device=DEVICE)
     with torch.autocast(DEVICE.type, dtype=low):
         hidden = linear(x)
-        y = norm(hidden)
-    assert hidden.dtype == y.dtype == low
+        y, expected = norm(hidden), torch_norm(hidden)
+    assert hidden.dtype == low and y.dtype == expected.dtype == (torch.float32 if DEVICE.type == "cuda" else low)
     y.float().sum().backward()
     assert norm.weight.grad.dtype == torch.float32
-    assert torch.equal(y, norm(hidden))
+    with torch.autocast(DEVICE.type, dtype=low):
+        assert torch.equal(y, norm(hidden))
 
 
 @pytest.mark.parametrize("name", ["gamma", "beta"])
