@@ -49,8 +49,7 @@ def softmax_backward(y, grad_y):
 
 
 def layernorm(x, gamma, beta=None, eps=1e-5, stable=False):
-    """LayerNorm over the last dimension: (z - mean) / sqrt(var + eps) * gamma + beta
-    (F.layer_norm).
+    """LayerNorm over the last dimension: (z - mean) / sqrt(var + eps) * gamma + beta.
 
     z is x, or with ``stable=True`` x divided by its row maximum (the seed's option,
     whatever the sign of the maximum). The variance is biased (divides by N), as in
@@ -58,7 +57,22 @@ def layernorm(x, gamma, beta=None, eps=1e-5, stable=False):
     """
     if stable:
         x = x / x.amax(dim=-1, keepdim=True)
-    # F.layer_norm wants one dtype: the widest of them, as the arithmetic would promote to
+    mean = x.mean(dim=-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
+    y = (x - mean) * torch.rsqrt(var + eps)
+    if gamma is not None:
+        y = y * gamma
+    if beta is not None:
+        y = y + beta
+    return y
+
+
+def layernorm_by_torch(x, gamma, beta=None, eps=1e-5, stable=False):
+    """``layernorm``, computed by torch's own fused ``F.layer_norm`` (one kernel, where the
+    specification above takes six): what the public functions run where PyTorch computes."""
+    if stable:
+        x = x / x.amax(dim=-1, keepdim=True)
+    # F.layer_norm wants one dtype: the widest of them, as the specification's arithmetic promotes
     tensors = [t for t in (x, gamma, beta) if t is not None]
     dtype = functools.reduce(torch.promote_types, [t.dtype for t in tensors])
     x, gamma, beta = (None if t is None else t.to(dtype) for t in (x, gamma, beta))

@@ -128,7 +128,10 @@ def interpreter_computes_bfloat16():
     The interpreter keeps a bfloat16 tile as its raw 16 bits (NumPy has no bfloat16), and
     its ``tl.dot``, arithmetic and math functions then work on those bits as integers:
     garbage, where a GPU computes. Triton 3.6 and 3.7 also have no bfloat16 scalars, so
-    ``tile * scale`` stops. Here each such operation widens its bfloat16 operands to float32
+    ``tile * scale`` stops. And a float argument stays a Python number, which takes the other
+    operand's dtype, where a compiled kernel takes it as a float32 scalar: ``q * scale`` is
+    bfloat16 there and float32 on a GPU; here it is float32 as on a GPU. Each bfloat16
+    operation widens its bfloat16 operands to float32
     (exact: a bfloat16 is the top half of a float32), computes, and rounds a bfloat16 result
     back to nearest even, so a right bfloat16 kernel is right under the interpreter too.
     Returns a function that puts Triton's own operations back (None if already done)."""
@@ -177,6 +180,17 @@ def interpreter_computes_bfloat16():
     def get_bf16(self, value):
         return narrowed(TensorHandle(np.array([value], dtype=np.float32), tl.float32))
 
+    from triton.runtime import interpreter
+
+    implicit_cvt = interpreter._implicit_cvt
+
+    def float_arguments_as_float32(arg):
+        # A compiled kernel takes a Python float argument as an fp32 scalar (bf16 * it is fp32);
+        # the interpreter kept it a Python number, a literal that takes the other operand's dtype.
+        if type(arg) is float:
+            return tl.tensor(TensorHandle(np.array([arg], dtype=np.float32), tl.float32), tl.float32)
+        return implicit_cvt(arg)
+
     replaced = {"create_dot": dot, "binary_op": binary, "unary_op": unary, "create_fma": fma}
     if not hasattr(InterpreterBuilder, "get_bf16"):  # Triton 3.6 and 3.7 have none
         replaced["get_bf16"] = get_bf16
@@ -185,8 +199,10 @@ def interpreter_computes_bfloat16():
         original = originals[name]
         setattr(InterpreterBuilder, name, functools.wraps(original)(function) if original else function)
     InterpreterBuilder.computes_bfloat16 = True
+    interpreter._implicit_cvt = float_arguments_as_float32
 
     def undo():
+        interpreter._implicit_cvt = implicit_cvt
         for name, original in originals.items():
             if original is None:
                 delattr(InterpreterBuilder, name)

@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from course_lib.core import references
@@ -17,3 +18,14 @@ def test_weighted_sum_is_a_matrix_vector_product():
     x = torch.randn(5, 7, dtype=torch.float64)
     weight = torch.randn(7, dtype=torch.float64)
     torch.testing.assert_close(references.weighted_sum(x, weight), x @ weight)
+
+
+@pytest.mark.parametrize("stable", [False, True])
+@pytest.mark.parametrize("affine", [True, False])
+def test_layernorm_by_torch_computes_the_specification(stable, affine):
+    x = torch.randn(6, 33, dtype=torch.float64) * 3 + 1
+    gamma, beta = (torch.randn(33, dtype=torch.float64), torch.randn(33, dtype=torch.float64)) if affine else (None,) * 2
+    torch.testing.assert_close(references.layernorm_by_torch(x, gamma, beta, 1e-5, stable),
+                               references.layernorm(x, gamma, beta, 1e-5, stable))
+    # the widest dtype wins, as the specification's arithmetic promotes
+    assert references.layernorm_by_torch(x.float(), gamma, beta).dtype == (torch.float64 if affine else torch.float32)

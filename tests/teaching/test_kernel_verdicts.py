@@ -133,5 +133,7 @@ def test_a_kernel_with_a_helper_loads_and_runs(tmp_path):
     source = kernel_definition([HELPER, SCALE_COLUMNS.replace("@triton.jit\n", "@triton.jit(do_not_specialize=[])\n")
                                 .replace("x * w[None, :]", "times(x, w[None, :])")], "scale_columns_kernel")
     kernel = load_kernel(source, "scale_columns_kernel", tmp_path)
-    x, w = torch.randn(5, 7), torch.randn(7)
+    from course_lib.core.runtime import DEVICE
+
+    x, w = torch.randn(5, 7, device=DEVICE), torch.randn(7, device=DEVICE)
     torch.testing.assert_close(launch_scale_columns(kernel, x, w), x * w)

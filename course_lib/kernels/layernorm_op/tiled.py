@@ -520,7 +520,7 @@ def _layernorm(op, names, x, gamma, beta, eps, stable):
     _check_flag(op, "stable", stable)
     eps = float(eps)
     if runs_reference(x, gamma, beta):
-        return by_reference(references.layernorm, x, gamma, beta, eps, stable)
+        return by_reference(references.layernorm_by_torch, x, gamma, beta, eps, stable)
     if torch.compiler.is_compiling():
         # With stable, inductor differentiates the division itself: traced by it,
         # StableLayerNormFunction's backward gave wrong float32 gradients of x (torch 2.11).

@@ -104,8 +104,8 @@ def format_figure(key, value):
 
 
 def stored_run(results_dir=RESULTS, run=STORED_RUN):
-    """The stored run's document: {"gpu", "commit", "date", "figures": {name: figures}}, or
-    None where none was recorded."""
+    """The stored run's document: {"gpu", "commit", "date", "figures": {name: figures},
+    "runs": {name: the gpu, commit and date of its figures}}, or None where none was recorded."""
     path = Path(results_dir) / f"{run}.json"
     return json.loads(path.read_text()) if path.exists() else None
 
@@ -123,8 +123,8 @@ def report(name, figures, gpu, stored=None, recording=False):
         lines.append(wrapped("This is the stored run: the book shows these figures, recorded for readers to "
                              "compare with theirs."))
     elif stored and name in stored.get("figures", {}):
-        theirs = stored["figures"][name]
-        lines.append(wrapped(f"On the stored run ({stored['gpu']}, commit {stored['commit']}, {stored['date']}): "
+        theirs, run = stored["figures"][name], stored.get("runs", {}).get(name, stored)
+        lines.append(wrapped(f"On the stored run ({run['gpu']}, commit {run['commit']}, {run['date']}): "
                              + "; ".join(format_figure(k, v) for k, v in theirs.items()) + "."))
     else:
         lines.append("No stored run recorded this observation.")
@@ -142,8 +142,10 @@ def record(name, figures, path):
 
     path = Path(path)
     document = json.loads(path.read_text()) if path.exists() else {"figures": {}}
-    document.update(measured_on())  # the run that recorded the latest figures
+    run = measured_on()
+    document.update(run)  # the run that recorded the latest figures
     document["figures"][name] = {key: float(value) for key, value in figures.items()}
+    document.setdefault("runs", {})[name] = run  # and each figure's own: chapters are re-run one at a time
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=1) + "\n")
 

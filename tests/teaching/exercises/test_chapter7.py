@@ -57,11 +57,11 @@ def test_local_attention_forward_checker(capsys):
 
 
 def test_bfloat16_arithmetic_gets_a_gpus_verdict_under_the_interpreter():
-    # q scaled in bfloat16 before the product rounds every score to bfloat16: on a GPU the output
-    # stays within bfloat16's tolerance and the float32 log-sum-exp does not. The interpreter once
-    # stopped at the bfloat16 scalar (Triton 3.7) or computed with the raw 16-bit patterns (3.9);
-    # now it rounds as a GPU does, so the verdict is the GPU's: the lse is named.
-    with pytest.raises(ExerciseError, match=r"lse: \d+ of \d+ elements are wrong"):
+    # scale is a float argument, a float32 scalar in a compiled kernel: q * scale is float32 and
+    # tl.dot refuses it beside the bfloat16 keys (on an H200: "CompilationError: Both operands
+    # must be same dtype. Got fp32 and bf16"). The interpreter kept the float a Python number,
+    # which took q's dtype, and computed; now it takes it as a GPU does, and refuses the same way.
+    with pytest.raises(ExerciseError, match=r"Both operands must be same dtype\. Got fp32 and bf16"):
         exercises.check_local_attention_forward(
             _local_attention({"tl.dot(q, tl.trans(k)) * scale": "tl.dot(q * scale, tl.trans(k))"}))
 

@@ -83,10 +83,12 @@ def test_every_escape_is_stopped_and_marked_and_honest_returns_keep_full_marks(t
     by_student = {grade.student: grade for grade in grades}
     for student in attacks(release, submissions, out):
         grade = by_student[student]
-        if student == "e_writes_outside" and REPO_ROOT.is_relative_to("/tmp"):
+        if student == "e_writes_outside" and grade.problem is None:
             # A checkout under /tmp lies inside the return's own /tmp: its write there lands in that
-            # private folder, gone with it, like its writes to /tmp and home (checked below).
-            assert grade.problem is None, (student, grade.problem, table)
+            # private folder, gone with it, like its writes to /tmp and home (checked below). A
+            # checkout the sandbox shows no folder of is not there at all: the write finds no folder.
+            assert REPO_ROOT.is_relative_to("/tmp") or any(
+                "No such file or directory" in cell.error for cell in grade.errored_cells), (student, table)
             continue
         assert grade.score == "0/1" and grade.problem.startswith("tampered"), (student, grade.problem, table)
     for student in ("m_honest", "z_honest"):

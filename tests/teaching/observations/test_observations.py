@@ -142,3 +142,14 @@ def test_no_claim_checks_what_the_readers_gpu_measures():
             if cell["cell_type"] == "code" and "claim(" in source and timed.search(source):
                 offenders.append(f"{path.name} cell {index}")
     assert not offenders
+
+
+def test_each_stored_figure_names_the_run_it_comes_from():
+    """Chapters are re-executed one at a time: each observation keeps its own GPU, commit and day."""
+    from course_lib.teaching.observations import report, stored_run
+
+    stored = stored_run()
+    assert set(stored["runs"]) == set(stored["figures"])
+    for name, run in stored["runs"].items():
+        assert {"gpu", "commit", "date"} <= set(run) and run["gpu"] == stored["gpu"], name
+        assert f"commit {run['commit']}" in report(name, stored["figures"][name], "another GPU", stored)
