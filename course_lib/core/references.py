@@ -28,7 +28,10 @@ def softmax(x):
     gradient) instead of the NaN of ``torch.softmax``. A NaN entry makes its row NaN.
     """
     nothing_visible = x.amax(dim=-1, keepdim=True) == float("-inf")
-    return torch.softmax(x.masked_fill(nothing_visible, 0.0), dim=-1).masked_fill(nothing_visible, 0.0)
+    # -inf raised to the lowest finite value still weighs exactly 0 beside a finite maximum
+    # (and gets no gradient); a row of nothing but -inf turns finite, and the mask zeroes it
+    lowest = torch.finfo(x.dtype).min
+    return torch.softmax(x.clamp(min=lowest), dim=-1).masked_fill(nothing_visible, 0.0)
 
 
 def causal_mask(n, device=None):
