@@ -20,8 +20,8 @@ from typing import NamedTuple
 
 import torch
 
-from course_lib.core.rows import column_sum_kernel, vector_width, width_hint
-from course_lib.core.runtime import cdiv, multiprocessor_count, next_power_of_2
+from course_lib.core.rows import column_sum_blocks, column_sum_kernel, vector_width, width_hint
+from course_lib.core.runtime import cdiv, multiprocessor_count
 from course_lib.core.split_rows import slots_block
 from course_lib.kernels import coor_descent_op, softmax_op, weighted_sum_op
 from course_lib.kernels.layernorm_op import parts as layernorm_parts
@@ -42,8 +42,7 @@ class Launch(NamedTuple):
 
 def _column_sum(n_partial_rows, width):
     """rows.sum_partial_rows' launch: partial (n_partial_rows, width) float32 -> (width,)."""
-    block_cols = max(16, min(64, next_power_of_2(cdiv(width, multiprocessor_count()))))
-    block_rows = max(1, min(next_power_of_2(n_partial_rows), 4096 // block_cols))
+    block_rows, block_cols = column_sum_blocks(n_partial_rows, width)
     return Launch(column_sum_kernel, (cdiv(width, block_cols),), (n_partial_rows, width, width),
                   dict(BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, NUM_STAGES=3))
 
@@ -96,9 +95,7 @@ def weighted_sum(x, weight):
                           VEC=width_hint(x, vec=vec), num_warps=warps))
     rows, cols, warps, stages = weighted_sum_op.backward_tiles(n_cols, size)
     col_blocks = cdiv(n_cols, cols)
-    wanted_groups = max(1, weighted_sum_op.BACKWARD_PROGRAMS_PER_SM * multiprocessor_count() // col_blocks)
-    rows_per_program = rows * cdiv(cdiv(n_rows, wanted_groups), rows)
-    row_groups = cdiv(n_rows, rows_per_program)
+    rows_per_program, row_groups = weighted_sum_op.backward_row_groups(n_rows, col_blocks, rows)
     backward = Launch(weighted_sum_op.weighted_sum_backward_kernel, (col_blocks, row_groups),
                       (n_rows, n_cols, rows_per_program, *x.stride(), weight.stride(0), 1, n_cols, 1, n_cols),
                       dict(BLOCK_ROWS=rows, BLOCK_COLS=cols, NUM_STAGES=stages,

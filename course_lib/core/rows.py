@@ -89,6 +89,12 @@ def width_hint(*rows, vec=None):
     return vector_width(*rows) if vec is None else vec
 
 
+def column_sum_blocks(n_partial_rows, width):
+    """(BLOCK_ROWS, BLOCK_COLS) of column_sum_kernel for partial rows (n_partial_rows, width)."""
+    block_cols = max(16, min(64, next_power_of_2(cdiv(width, multiprocessor_count()))))
+    return max(1, min(next_power_of_2(n_partial_rows), 4096 // block_cols)), block_cols
+
+
 def sum_partial_rows(partial, dtype):
     """Column sums of the float32 partial rows, in a fixed order, cast to ``dtype``.
 
@@ -99,8 +105,7 @@ def sum_partial_rows(partial, dtype):
     """
     n_partial_rows, width = partial.shape
     out = torch.empty(width, device=partial.device, dtype=dtype)
-    block_cols = max(16, min(64, next_power_of_2(cdiv(width, multiprocessor_count()))))
-    block_rows = max(1, min(next_power_of_2(n_partial_rows), 4096 // block_cols))
+    block_rows, block_cols = column_sum_blocks(n_partial_rows, width)
     launch(column_sum_kernel, (cdiv(width, block_cols),),
         partial, out, n_partial_rows, width, partial.stride(0),
         BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, NUM_STAGES=3,

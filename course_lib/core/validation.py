@@ -51,10 +51,15 @@ def runs_reference(*tensors):
         return True
     if torch.compiler.is_compiling():
         return False
-    dual = getattr(forward_ad, "_current_level", 0) >= 0  # -1 outside every forward_ad.dual_level()
     return any(isinstance(t, torch.Tensor) and (torch._C._functorch.is_functorch_wrapped_tensor(t)
-                                                or (dual and forward_ad.unpack_dual(t).tangent is not None))
+                                                or _carries_tangent(t))
                for t in tensors)
+
+
+def _carries_tangent(tensor):
+    """Whether ``tensor`` carries a forward-mode tangent (torch.autograd.forward_ad)."""
+    return (getattr(forward_ad, "_current_level", 0) >= 0  # -1 outside every forward_ad.dual_level()
+            and isinstance(tensor, torch.Tensor) and forward_ad.unpack_dual(tensor).tangent is not None)
 
 
 def by_reference(reference, *args, **settings):
@@ -209,13 +214,12 @@ def wants_gradient(op, names, tensors):
     Forward-mode AD is refused here, before that shortcut could drop a tangent: the
     kernels compute values and reverse-mode gradients only (the public functions send
     tangents to their references first: runs_reference)."""
-    if getattr(forward_ad, "_current_level", 0) >= 0:  # -1 outside every forward_ad.dual_level()
-        for name, tensor in zip(names, tensors):
-            if isinstance(tensor, torch.Tensor) and forward_ad.unpack_dual(tensor).tangent is not None:
-                raise NotImplementedError(
-                    f"{op}: {name} carries a forward-mode tangent (torch.autograd.forward_ad), and "
-                    "course_lib's kernels support reverse-mode gradients only (backward, torch.autograd.grad)"
-                )
+    for name, tensor in zip(names, tensors):
+        if _carries_tangent(tensor):
+            raise NotImplementedError(
+                f"{op}: {name} carries a forward-mode tangent (torch.autograd.forward_ad), and "
+                "course_lib's kernels support reverse-mode gradients only (backward, torch.autograd.grad)"
+            )
     return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
 
 

@@ -223,6 +223,15 @@ def weighted_sum_forward(x, weight, tiles=None):
     return y
 
 
+def backward_row_groups(n_rows, col_blocks, block_rows):
+    """(rows_per_program, row_groups) of the backward: enough row groups for
+    BACKWARD_PROGRAMS_PER_SM programs a multiprocessor, each a whole number of row tiles;
+    fewer groups mean fewer partial rows to add up after."""
+    wanted_groups = max(1, BACKWARD_PROGRAMS_PER_SM * multiprocessor_count() // col_blocks)
+    rows_per_program = block_rows * cdiv(cdiv(n_rows, wanted_groups), block_rows)
+    return rows_per_program, cdiv(n_rows, rows_per_program)
+
+
 def weighted_sum_backward(x, weight, grad_y, tiles=None):
     """Launch the backward kernel; return (grad_x, grad_weight)."""
     x2d = as_rows(x)
@@ -233,11 +242,7 @@ def weighted_sum_backward(x, weight, grad_y, tiles=None):
         return shaped_like(grad_x, x), torch.zeros_like(weight)
     block_rows, block_cols, num_warps, num_stages = tiles or backward_tiles(int(n_cols), x.element_size())
     col_blocks = cdiv(n_cols, block_cols)
-    # Enough row groups for BACKWARD_PROGRAMS_PER_SM programs a multiprocessor, each a
-    # whole number of row tiles; fewer groups mean fewer partial rows to add up after.
-    wanted_groups = max(1, BACKWARD_PROGRAMS_PER_SM * multiprocessor_count() // col_blocks)
-    rows_per_program = block_rows * cdiv(cdiv(n_rows, wanted_groups), block_rows)
-    row_groups = cdiv(n_rows, rows_per_program)
+    rows_per_program, row_groups = backward_row_groups(n_rows, col_blocks, block_rows)
     partial = torch.empty((row_groups, n_cols), device=x.device, dtype=torch.float32)
     with on_device_of(x):
         launch(weighted_sum_backward_kernel, (col_blocks, row_groups),

@@ -68,9 +68,12 @@ IMPORT_ORDERS = ["import torch._dynamo; import course_lib", "import triton.langu
                  "import course_lib; import torch._dynamo", "import course_lib"]
 
 
-def run_fresh(code, timeout=300):
-    """``code`` in a new Python process, without TRITON_INTERPRET; fails the test with its stderr."""
+def run_fresh(code, timeout=300, interpret=False):
+    """``code`` in a new Python process, with TRITON_INTERPRET=1 only if ``interpret``; fails the
+    test with its stderr, else returns its stdout."""
     environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    if interpret:
+        environment["TRITON_INTERPRET"] = "1"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment,
                             timeout=timeout)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -164,11 +167,8 @@ def _interpreter_runs_here():
 
 @pytest.mark.skipif(not _interpreter_runs_here(), reason="this Triton's interpreter refuses this numpy")
 def test_the_interpreter_asked_for_in_the_environment_is_on_at_import():
-    environment = {**os.environ, "TRITON_INTERPRET": "1"}
     code = "import course_lib; assert course_lib.runtime.interpreting(); print(course_lib.runtime.describe())"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "CPU interpreter" in result.stdout
+    assert "CPU interpreter" in run_fresh(code, interpret=True)
 
 
 @triton.jit
