@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from course_lib import matmul
+from course_lib.kernels import matmul_op
 from course_lib.core.benchmarking import forward_backward_ms, fresh_compile, row, step_rows
 
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (16384, 1024, 4096)]  # (M, N, K)
@@ -40,11 +41,17 @@ def _product_rows(kernel, impls, inputs, dtype, shape, copy_gbps):
     m, n, k = shape
     n_bytes = (m * k + k * n + m * n) * inputs[0].element_size()
     flops = 2 * m * n * k
+    # which of course_lib's kernels multiplied (matmul_op.takes_tma), for the book to name
+    a, b = (t.detach() for t in inputs[:2])
+    triton_kernel = ("matmul_tma_kernel" if matmul_op.takes_tma(a, b, torch.empty(m, n, device=a.device, dtype=a.dtype))
+                     else "matmul_kernel")
     rows = []
     for impl, fn in impls.items():
         fwd, bwd = forward_backward_ms(fn, *inputs)
         rows.append(row(kernel, "fwd", impl, dtype, shape, fwd, n_bytes, copy_gbps, flops=flops))
         rows.append(row(kernel, "bwd", impl, dtype, shape, bwd, 2 * n_bytes, copy_gbps, flops=2 * flops))
+        if impl == "course_lib":
+            rows[-2]["triton_kernel"] = rows[-1]["triton_kernel"] = triton_kernel
     return rows
 
 

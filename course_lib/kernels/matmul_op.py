@@ -9,11 +9,17 @@ the launchers with their tile configurations and autotuning, the operator with i
 autograd, and the public ``matmul``.
 """
 
+import functools
 import math
 
 import torch
 import triton
 import triton.language as tl
+
+try:  # host-side TMA descriptors (Triton 3.4 and later)
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:
+    TensorDescriptor = None
 
 from ..core import references
 from ..core.operator import differentiable_op
@@ -62,6 +68,17 @@ def _activation_slope(saved, ACTIVATION: tl.constexpr):
 
 
 @triton.jit
+def grouped_tile(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    """(pid_m, pid_n) of the ``tile``-th tile of C in grouped order (Triton's tutorial 03):
+    consecutive tiles walk down GROUP_M rows of tiles before moving one tile right, so the
+    programs running at once share their rows of A and columns of B, which then come from L2."""
+    tiles_per_group = GROUP_M * num_pid_n
+    first_pid_m = tile // tiles_per_group * GROUP_M
+    group_rows = tl.minimum(num_pid_m - first_pid_m, GROUP_M)  # the last group may be short
+    return first_pid_m + (tile % tiles_per_group) % group_rows, (tile % tiles_per_group) // group_rows
+
+
+@triton.jit
 def matmul_kernel(
     a_ptr, b_ptr, bias_ptr, c_ptr, pre_ptr,
     M, N, K,
@@ -76,17 +93,7 @@ def matmul_kernel(
     needs. HAS_BIAS, ACTIVATION and KEEP_PRE are constexprs: each combination compiles
     to its own kernel, with no branch left in it.
     """
-    # Grouped order (Triton's tutorial 03): consecutive programs walk down GROUP_M rows
-    # of tiles before moving one tile right, so the programs running at once share
-    # their rows of A and columns of B, which then come from L2.
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    programs_per_group = GROUP_M * num_pid_n
-    first_pid_m = pid // programs_per_group * GROUP_M
-    group_rows = tl.minimum(num_pid_m - first_pid_m, GROUP_M)  # the last group may be short
-    pid_m = first_pid_m + (pid % programs_per_group) % group_rows
-    pid_n = (pid % programs_per_group) // group_rows
+    pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
 
     # Rows and columns past the matrix wrap around to real ones: the loads need no mask
     # along M and N (the store drops those values). In 64 bits: index × stride can pass 2**31.
@@ -118,6 +125,50 @@ def matmul_kernel(
         tl.store(pre_ptr + offsets, acc.to(pre_ptr.dtype.element_ty), mask=mask)
     acc = _activate(acc, ACTIVATION)
     tl.store(c_ptr + offsets, acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def matmul_tma_kernel(
+    a_desc, b_desc, c_desc, pre_desc, bias_ptr,
+    M, N, K, stride_bias,
+    A_T: tl.constexpr, B_T: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, KEEP_PRE: tl.constexpr, UPCAST_DOT: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    """matmul_kernel's product with the Tensor Memory Accelerator (Hopper and later) and
+    persistent programs: NUM_PROGRAMS programs, one an SM, each take tiles of C in grouped
+    order until none is left.
+
+    The descriptors (triton.tools.tensor_descriptor.TensorDescriptor, made on the host)
+    describe each matrix's memory with its block shape: a load asks the TMA engine for a
+    whole tile, which it copies into shared memory with no per-element address or mask
+    arithmetic in the program (a tile past the matrix's edge reads zeros; a store past it
+    is dropped). A_T, B_T: the operand's memory holds its transpose row-major (a transposed
+    view), so the tile is loaded as it lies and transposed in shared memory. With
+    ``flatten=True`` the compiler pipelines the loads of the next tile under the last
+    products of this one.
+    """
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGRAMS, flatten=True):
+        pid_m, pid_n = grouped_tile(tile, num_pid_m, num_pid_n, GROUP_M)
+        first_row = pid_m * BLOCK_M
+        first_col = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(0, K, BLOCK_K):
+            a = a_desc.load([k, first_row]).T if A_T else a_desc.load([first_row, k])
+            b = b_desc.load([first_col, k]).T if B_T else b_desc.load([k, first_col])
+            if UPCAST_DOT:
+                acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+            else:
+                acc = tl.dot(a, b, acc)
+        if HAS_BIAS:
+            cols = first_col + tl.arange(0, BLOCK_N)
+            acc += tl.load(bias_ptr + cols * stride_bias, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+        if KEEP_PRE:
+            pre_desc.store([first_row, first_col], acc.to(pre_desc.dtype))
+        acc = _activate(acc, ACTIVATION)
+        c_desc.store([first_row, first_col], acc.to(c_desc.dtype))
 
 
 @triton.jit
@@ -221,6 +272,105 @@ def _config_for(args, options, key):
     return _tuned[key]
 
 
+# The TMA kernel's space (benchmarks/tune_matmul.py, on an H200 with Triton 3.6: 128 x 256 x 64
+# on 8 warps with 3 stages was fastest at every benchmark shape, forward and backward products).
+TMA_CONFIGS = [
+    _config(128, 256, 64, 8, 8, 3),
+    _config(128, 128, 64, 8, 8, 4),
+    _config(128, 128, 64, 8, 4, 4),
+    _config(64, 256, 64, 8, 4, 4),
+]
+_tuned_tma = {}  # (M, N, K, dtype, A_T, B_T) -> the Config the autotuner chose
+TMA_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def _set_block_shapes(arguments):
+    """The autotuner's pre_hook: each descriptor's block shape from the configuration timed."""
+    block_m, block_n, block_k = (arguments[f"BLOCK_{axis}"] for axis in "MNK")
+    arguments["a_desc"].block_shape = [block_k, block_m] if arguments["A_T"] else [block_m, block_k]
+    arguments["b_desc"].block_shape = [block_n, block_k] if arguments["B_T"] else [block_k, block_n]
+    for output in ("c_desc", "pre_desc"):
+        arguments[output].block_shape = [block_m, block_n]
+
+
+autotuned_matmul_tma_kernel = triton.autotune(
+    configs=[triton.Config(c.kwargs, num_warps=c.num_warps, num_stages=c.num_stages, pre_hook=_set_block_shapes)
+             for c in TMA_CONFIGS],
+    key=["M", "N", "K", "A_T", "B_T"])(matmul_tma_kernel)
+
+
+@functools.cache
+def _device_has_tma(device_index):
+    """Hopper (compute capability 9.0) and later have the TMA engine; this Triton its descriptors."""
+    return TensorDescriptor is not None and torch.cuda.get_device_capability(device_index)[0] >= 9
+
+
+def _tma_layout(tensor):
+    """How the TMA engine can read a 2-D ``tensor``: False for rows in memory (row-major), True
+    for a transposed view of row-major memory, None where it cannot (its first element off a
+    16-byte boundary, no unit stride, or a row's stride not a multiple of 16 bytes)."""
+    size = tensor.element_size()
+    if tensor.data_ptr() % 16:
+        return None
+    if tensor.stride(1) == 1 and tensor.stride(0) * size % 16 == 0:
+        return False
+    if tensor.stride(0) == 1 and tensor.stride(1) * size % 16 == 0:
+        return True
+    return None
+
+
+def takes_tma(a, b, c, pre=None):
+    """Whether launch_matmul multiplies these with matmul_tma_kernel: on a GPU with the TMA
+    engine, 16-bit operands, a product large enough to autotune, memory the engine can read
+    (_tma_layout) and row-major outputs. Not while torch.compile traces: inductor launches
+    matmul_kernel there."""
+    M, K = a.shape
+    N = b.shape[1]
+    return (ON_GPU and a.dtype in TMA_DTYPES and M * N * K >= AUTOTUNED_WORK and not is_traced(a)
+            and _device_has_tma(a.get_device()) and _tma_layout(a) is not None and _tma_layout(b) is not None
+            and all(_tma_layout(t) is False for t in (c, pre) if t is not None))
+
+
+def _descriptor(tensor, transposed, block_shape):
+    """A TensorDescriptor of ``tensor``'s memory, read row-major: the tensor itself, or its
+    transpose where ``tensor`` is a transposed view."""
+    rows = tensor.t() if transposed else tensor
+    return TensorDescriptor(rows, list(rows.shape), list(rows.stride()), block_shape)
+
+
+def launch_matmul_tma(a, b, c, bias=None, pre=None, activation="none", config=None):
+    """launch_matmul's product by matmul_tma_kernel, for a, b, c (and pre) that takes_tma
+    accepts (the interpreter runs it too, for the tests): c = act(a @ b + bias), pre = a @ b + bias."""
+    M, K = a.shape
+    N = b.shape[1]
+    a_t, b_t = _tma_layout(a), _tma_layout(b)
+    if a_t is None or b_t is None:
+        raise ValueError("launch_matmul_tma: the TMA engine cannot read a or b (see takes_tma); "
+                         f"got strides {a.stride()} and {b.stride()}")
+    key = (M, N, K, a.dtype, a_t, b_t)
+    programs = multiprocessor_count()
+    options = dict(A_T=a_t, B_T=b_t, NUM_PROGRAMS=programs, HAS_BIAS=bias is not None, ACTIVATION=activation,
+                   KEEP_PRE=pre is not None, UPCAST_DOT=not ON_GPU and a.dtype == torch.bfloat16)
+    config = config or (INTERPRETER_CONFIG if not ON_GPU else _tuned_tma.get(key))
+    # Block shapes are set for the configuration launched (the autotuner's pre_hook sets its own).
+    block_m, block_n, block_k = (config.kwargs[f"BLOCK_{axis}"] for axis in "MNK") if config else (16, 16, 16)
+    descriptors = (_descriptor(a, a_t, [block_k, block_m] if a_t else [block_m, block_k]),
+                   _descriptor(b, b_t, [block_n, block_k] if b_t else [block_k, block_n]),
+                   _descriptor(c, False, [block_m, block_n]),
+                   _descriptor(c if pre is None else pre, False, [block_m, block_n]))
+    args = (*descriptors, c if bias is None else bias, M, N, K, 0 if bias is None else bias.stride(0))
+    with on_device_of(a):
+        if config is None:  # a new product: every configuration timed, C left computed
+            grid = lambda meta: (min(programs, cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"])),)  # noqa: E731
+            autotuned_matmul_tma_kernel[grid](*args, **options)
+            _tuned_tma[key] = autotuned_matmul_tma_kernel.best_config
+            return
+        grid = (min(programs, cdiv(M, block_m) * cdiv(N, block_n)),)
+        # kernel[grid], not launch(): a descriptor is no tensor launch() could key its kernels by
+        matmul_tma_kernel[grid](*args, **options, **config.kwargs, num_warps=config.num_warps,
+                                num_stages=config.num_stages)
+
+
 def _without_products(c, bias, pre, activation):
     """C when K = 0: A @ B is zeros, so C = act(bias) on every row (or zeros)."""
     values = torch.zeros(c.shape, device=c.device, dtype=torch.float32)
@@ -238,13 +388,17 @@ def _without_products(c, bias, pre, activation):
 def launch_matmul(a, b, c, bias=None, pre=None, activation="none", config=None):
     """c = act(a @ b + bias) for 2-D a (M, K), b (K, N), any strides, into c (M, N); also
     ``pre`` = a @ b + bias where given (laid out as c). ``config``, a triton.Config,
-    overrides the autotuner's."""
+    overrides the autotuner's and takes matmul_kernel; without it, products that takes_tma
+    accepts go to matmul_tma_kernel."""
     M, K = a.shape
     N = b.shape[1]
     if M == 0 or N == 0:
         return
     if K == 0:
         _without_products(c, bias, pre, activation)
+        return
+    if config is None and takes_tma(a, b, c, pre):
+        launch_matmul_tma(a, b, c, bias, pre, activation)
         return
     args = (a, b, c if bias is None else bias, c, c if pre is None else pre,
             M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), 0 if bias is None else bias.stride(0),

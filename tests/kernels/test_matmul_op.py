@@ -7,6 +7,7 @@ from conftest import (COMPILE_MODES, DTYPES, assert_compiled_refuses, assert_com
 from course_lib import matmul
 from course_lib.core import references
 from course_lib.core.runtime import DEVICE, ON_GPU, pick
+from course_lib.kernels import matmul_op
 from course_lib.kernels.matmul_op import CONFIGS, INTERPRETER_CONFIG, dot_precision, launch_matmul
 
 # (M, N, K): none a multiple of the tiles but the first (1 x 1 x 1), and tiles that span
@@ -206,15 +207,63 @@ def test_the_interpreter_takes_one_small_config_and_the_gpu_the_autotuner():
 
 
 @gpu_only
-def test_autotuned_choice_is_kept_and_deterministic():
-    from course_lib.kernels import matmul_op
-
-    a, b = operands(1024, 1024, 1024, torch.bfloat16)  # AUTOTUNED_WORK: smaller products take SMALL_CONFIG
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_autotuned_choice_is_kept_and_deterministic(dtype):
+    a, b = operands(1024, 1024, 1024, dtype)  # AUTOTUNED_WORK: smaller products take SMALL_CONFIG
     first = matmul(a, b)
-    chosen = matmul_op._tuned[(1024, 1024, 1024, torch.bfloat16)]
-    assert any(chosen.kwargs == config.kwargs and chosen.num_warps == config.num_warps for config in CONFIGS)
+    # 16-bit products on a GPU with the TMA engine take matmul_tma_kernel, the others matmul_kernel
+    out = torch.empty(1024, 1024, device=DEVICE, dtype=dtype)
+    tma = matmul_op.takes_tma(a, b, out)
+    assert tma == (dtype == torch.bfloat16 and torch.cuda.get_device_capability()[0] >= 9)
+    chosen = (matmul_op._tuned_tma[(1024, 1024, 1024, dtype, False, False)] if tma
+              else matmul_op._tuned[(1024, 1024, 1024, dtype)])
+    space = matmul_op.TMA_CONFIGS if tma else CONFIGS
+    assert any(chosen.kwargs == config.kwargs and chosen.num_warps == config.num_warps for config in space)
     for _ in range(3):
         assert torch.equal(matmul(a, b), first)
+
+
+needs_descriptors = pytest.mark.skipif(matmul_op.TensorDescriptor is None,
+                                       reason="this Triton has no host-side tensor descriptors")
+
+
+@needs_descriptors
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("a_transposed", [False, True])
+@pytest.mark.parametrize("b_transposed", [False, True])
+@pytest.mark.parametrize(("shape", "activation"), [((40, 48, 72), None), ((72, 200, 16), "gelu"),
+                                                   ((296, 24, 136), "relu")], ids=str)
+def test_tma_kernel_matches_reference(shape, activation, a_transposed, b_transposed, dtype):
+    # Every layout the TMA engine reads (rows, or a transposed view of rows), edge tiles
+    # past M and N, the bias, the activation and the kept pre-activation; K a multiple of
+    # 8, and M too where a is transposed, as 16-byte rows of 16-bit values need. On a GPU a fixed configuration (no autotuning).
+    m, n, k = shape
+    a = torch.randn(k, m, device=DEVICE, dtype=dtype).t() if a_transposed else torch.randn(m, k, device=DEVICE, dtype=dtype)
+    b = ((torch.randn(n, k, device=DEVICE).t() if b_transposed else torch.randn(k, n, device=DEVICE)) / k**0.5).to(dtype)
+    bias = torch.randn(n, device=DEVICE, dtype=dtype)
+    out, pre = (torch.full((m, n), float("nan"), device=DEVICE, dtype=dtype) for _ in range(2))
+    matmul_op.launch_matmul_tma(a, b, out, bias, pre, activation or "none",
+                                config=pick(gpu=matmul_op.TMA_CONFIGS[1], cpu=None))
+    a64, b64, bias64 = a.double(), b.double(), bias.double()
+    assert_matches(out, references.matmul(a64, b64, bias64, activation), dtype, length=k, what="out")
+    assert_matches(pre, references.matmul(a64, b64, bias64), dtype, length=k, what="pre")
+
+
+def test_tma_reads_only_memory_the_engine_can():
+    rows = torch.randn(8, 16, device=DEVICE, dtype=torch.bfloat16)
+    assert matmul_op._tma_layout(rows) is False
+    assert matmul_op._tma_layout(rows.t()) is True
+    assert matmul_op._tma_layout(rows[:, 1:]) is None  # its first element 2 bytes past a boundary
+    assert matmul_op._tma_layout(rows[:, ::2]) is None  # no unit stride
+    assert matmul_op._tma_layout(torch.randn(8, 12, device=DEVICE, dtype=torch.bfloat16)) is None  # 24-byte rows
+    big = torch.randn(1024, 1024, device=DEVICE, dtype=torch.bfloat16)
+    out = torch.empty(1024, 1024, device=DEVICE, dtype=torch.bfloat16)
+    # float32, the interpreter, a small product, a transposed output: matmul_kernel
+    assert not matmul_op.takes_tma(big.float(), big.float(), out.float())
+    assert not matmul_op.takes_tma(big[:64], big, out[:64])
+    assert not matmul_op.takes_tma(big, big, out.t())
+    if not ON_GPU:
+        assert not matmul_op.takes_tma(big, big, out)
 
 
 # ------------------------------------------------------------------------ bad input
