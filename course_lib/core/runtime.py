@@ -217,6 +217,12 @@ ON_GPU, _REASON = _choose_backend()
 
 import triton  # noqa: E402
 
+try:  # host-side TMA descriptors (Triton 3.4 and later), which launch() keys its kernels by
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:
+    class TensorDescriptor:  # no instance of it exists
+        pass
+
 
 def _wrap_triton_takes_interpreted_kernels():
     """Under the interpreter, let ``torch.library.wrap_triton`` take an interpreted kernel.
@@ -410,9 +416,13 @@ _kernel_grid_guard = contextlib.nullcontext() if ON_GPU else threading.Lock()
 def _signature(args):
     """What Triton compiles a launch of ``args`` for, and more, in one pass over them (a
     launch's host time counts): each tensor's dtype and whether it starts 16-byte aligned,
-    each other argument's type and value (an integer's value fixes whether it is 1, a
-    multiple of 16, beyond 32 bits; its type tells True from 1)."""
-    return tuple([(arg.dtype, arg.data_ptr() & 15 == 0) if isinstance(arg, torch.Tensor) else (arg.__class__, arg)
+    each tensor descriptor's dtype, block shape and padding (Triton makes the TMA
+    descriptor itself from its shape and strides at every launch), each other argument's
+    type and value (an integer's value fixes whether it is 1, a multiple of 16, beyond 32
+    bits; its type tells True from 1)."""
+    return tuple([(arg.dtype, arg.data_ptr() & 15 == 0) if isinstance(arg, torch.Tensor)
+                  else (arg.__class__, arg.base.dtype, tuple(arg.block_shape), arg.padding)
+                  if isinstance(arg, TensorDescriptor) else (arg.__class__, arg)
                   for arg in args])
 
 

@@ -16,16 +16,11 @@ import torch
 import triton
 import triton.language as tl
 
-try:  # host-side TMA descriptors (Triton 3.4 and later)
-    from triton.tools.tensor_descriptor import TensorDescriptor
-except ImportError:
-    TensorDescriptor = None
-
 from ..core import references
 from ..core.operator import differentiable_op
 from ..core.plans import TunedOn
 from ..core.rows import as_rows, sum_partial_rows
-from ..core.runtime import ON_GPU, cdiv, is_traced, launch, multiprocessor_count
+from ..core.runtime import ON_GPU, TensorDescriptor, cdiv, is_traced, launch, multiprocessor_count
 from ..core.validation import (FLOAT_DTYPES, PUBLIC_DTYPES, check_index_range, check_like, check_same_device_and_dtype,
                                check_tensor, on_device_of, runs_reference, by_reference, autocast_as_matmul)
 
@@ -282,6 +277,7 @@ TMA_CONFIGS = [
 ]
 _tuned_tma = {}  # (M, N, K, dtype, A_T, B_T) -> the Config the autotuner chose
 TMA_DTYPES = (torch.float16, torch.bfloat16)
+HAS_DESCRIPTORS = hasattr(TensorDescriptor, "from_tensor")  # runtime's stand-in on an older Triton has none
 
 
 def _set_block_shapes(arguments):
@@ -302,7 +298,7 @@ autotuned_matmul_tma_kernel = triton.autotune(
 @functools.cache
 def _device_has_tma(device_index):
     """Hopper (compute capability 9.0) and later have the TMA engine; this Triton its descriptors."""
-    return TensorDescriptor is not None and torch.cuda.get_device_capability(device_index)[0] >= 9
+    return HAS_DESCRIPTORS and torch.cuda.get_device_capability(device_index)[0] >= 9
 
 
 def _tma_layout(tensor):
@@ -366,9 +362,8 @@ def launch_matmul_tma(a, b, c, bias=None, pre=None, activation="none", config=No
             _tuned_tma[key] = autotuned_matmul_tma_kernel.best_config
             return
         grid = (min(programs, cdiv(M, block_m) * cdiv(N, block_n)),)
-        # kernel[grid], not launch(): a descriptor is no tensor launch() could key its kernels by
-        matmul_tma_kernel[grid](*args, **options, **config.kwargs, num_warps=config.num_warps,
-                                num_stages=config.num_stages)
+        launch(matmul_tma_kernel, grid, *args, **options, **config.kwargs, num_warps=config.num_warps,
+               num_stages=config.num_stages)
 
 
 def _without_products(c, bias, pre, activation):
@@ -385,11 +380,11 @@ def _without_products(c, bias, pre, activation):
     c.copy_(values)
 
 
-def launch_matmul(a, b, c, bias=None, pre=None, activation="none", config=None):
+def launch_matmul(a, b, c, bias=None, pre=None, activation="none", config=None, tma=True):
     """c = act(a @ b + bias) for 2-D a (M, K), b (K, N), any strides, into c (M, N); also
     ``pre`` = a @ b + bias where given (laid out as c). ``config``, a triton.Config,
     overrides the autotuner's and takes matmul_kernel; without it, products that takes_tma
-    accepts go to matmul_tma_kernel."""
+    accepts go to matmul_tma_kernel, unless ``tma`` is False (chapter 6 times matmul_kernel)."""
     M, K = a.shape
     N = b.shape[1]
     if M == 0 or N == 0:
@@ -397,7 +392,7 @@ def launch_matmul(a, b, c, bias=None, pre=None, activation="none", config=None):
     if K == 0:
         _without_products(c, bias, pre, activation)
         return
-    if config is None and takes_tma(a, b, c, pre):
+    if tma and config is None and takes_tma(a, b, c, pre):
         launch_matmul_tma(a, b, c, bias, pre, activation)
         return
     args = (a, b, c if bias is None else bias, c, c if pre is None else pre,
@@ -422,12 +417,13 @@ def _output_like(a, n):
     return torch.empty((*a.shape[:-1], n), device=a.device, dtype=a.dtype)
 
 
-def matmul_forward(a, b, bias=None, activation="none", keep_pre=False, config=None):
+def matmul_forward(a, b, bias=None, activation="none", keep_pre=False, config=None, tma=True):
     """Launch the forward on a (..., K) and b (K, N); return (out, pre): out (..., N),
-    and the pre-activation a @ b + bias when ``keep_pre``, else an empty tensor."""
+    and the pre-activation a @ b + bias when ``keep_pre``, else an empty tensor. ``config``
+    and ``tma`` as launch_matmul's."""
     out = _output_like(a, b.shape[1])
     pre = _output_like(a, b.shape[1]) if keep_pre else a.new_empty(0)
-    launch_matmul(as_rows(a), b, as_rows(out), bias, as_rows(pre) if keep_pre else None, activation, config)
+    launch_matmul(as_rows(a), b, as_rows(out), bias, as_rows(pre) if keep_pre else None, activation, config, tma)
     return out, pre
 
 

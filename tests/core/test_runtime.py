@@ -209,6 +209,19 @@ def test_signature_tells_apart_what_triton_compiles_for():
     assert key(x, 3, None) == key(x[4:], 3, None)
 
 
+@pytest.mark.skipif(not hasattr(runtime.TensorDescriptor, "from_tensor"), reason="this Triton has no descriptors")
+def test_signature_keys_a_descriptor_by_what_triton_compiles_it_for():
+    """A host-side TensorDescriptor specialises a kernel on its dtype, block shape and
+    padding; its shape and strides Triton turns into a TMA descriptor at every launch."""
+    def key(tensor, block_shape):
+        return runtime._signature([runtime.TensorDescriptor.from_tensor(tensor, block_shape)])
+
+    rows = torch.zeros(64, 32, device=runtime.DEVICE)
+    assert key(rows, [16, 16]) == key(torch.zeros(128, 64, device=runtime.DEVICE), [16, 16])
+    assert key(rows, [16, 16]) != key(rows, [32, 16])
+    assert key(rows, [16, 16]) != key(rows.half(), [16, 16])
+
+
 @pytest.mark.parametrize("offset", [0, 1, 4], ids=["aligned", "misaligned", "aligned_again"])
 def test_launch_gives_what_kernel_grid_gives(offset):
     """Launched twice (on a GPU the second time directly, past kernel[grid]), on aligned

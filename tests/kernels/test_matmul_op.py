@@ -223,7 +223,7 @@ def test_autotuned_choice_is_kept_and_deterministic(dtype):
         assert torch.equal(matmul(a, b), first)
 
 
-needs_descriptors = pytest.mark.skipif(matmul_op.TensorDescriptor is None,
+needs_descriptors = pytest.mark.skipif(not matmul_op.HAS_DESCRIPTORS,
                                        reason="this Triton has no host-side tensor descriptors")
 
 
