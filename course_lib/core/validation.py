@@ -44,16 +44,18 @@ def runs_reference(*tensors):
     tensor unless the kernels run in the interpreter, and where an argument is a tensor of a
     torch.func transform (vmap, grad, jvp) or carries a forward-mode tangent, which the
     kernels cannot compute with."""
+    # Called on every call of a public function: the common answer (a CUDA tensor, no
+    # transform, no tangent) costs a few attribute reads.
     first = next((t for t in tensors if isinstance(t, torch.Tensor)), None)
     if first is None:
         return False
-    if first.dtype == REFERENCE_DTYPE or (first.device.type == "cpu" and not interpreting()):
+    if first.dtype == REFERENCE_DTYPE or (not first.is_cuda and first.device.type == "cpu" and not interpreting()):
         return True
     if torch.compiler.is_compiling():
         return False
-    return any(isinstance(t, torch.Tensor) and (torch._C._functorch.is_functorch_wrapped_tensor(t)
-                                                or _carries_tangent(t))
-               for t in tensors)
+    tangents = getattr(forward_ad, "_current_level", 0) >= 0  # -1 outside every forward_ad.dual_level()
+    is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+    return any(isinstance(t, torch.Tensor) and (is_wrapped(t) or tangents and _carries_tangent(t)) for t in tensors)
 
 
 def _carries_tangent(tensor):
@@ -77,7 +79,10 @@ def by_reference(reference, *args, **settings):
 # would: on CUDA, softmax and layer_norm in float32 (autocast's "fp32" list); on CUDA and the
 # CPU, matrix products and attention in autocast's dtype ("lower precision" list).
 def _autocasting(tensors):
-    device = next((t.device.type for t in tensors if isinstance(t, torch.Tensor)), None)
+    first = next((t for t in tensors if isinstance(t, torch.Tensor)), None)
+    if first is None:
+        return None
+    device = "cuda" if first.is_cuda else first.device.type  # is_cuda: no device object made
     return device if device in ("cuda", "cpu") and torch.is_autocast_enabled(device) else None
 
 
