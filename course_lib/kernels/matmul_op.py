@@ -3,8 +3,10 @@
 Chapter 6. Each program computes one BLOCK_M x BLOCK_N tile of C from a loop over K
 of ``tl.dot`` on tensor cores, accumulating in float32; the programs run in grouped
 order, so that the tiles of A and B they share are read from L2, not memory; the bias
-and the activation are applied to the tile in registers before its one store. The
-backward is two more products by the same kernel. Read top to bottom: the kernels,
+and the activation are applied to the tile in registers before its one store. On Hopper
+and later GPUs ``matmul_tma_kernel`` computes the same with persistent programs that move
+tiles through the TMA engine (``takes_tma`` says where it can). The backward is two more
+products by the same kernels. Read top to bottom: the kernels,
 the launchers with their tile configurations and autotuning, the operator with its
 autograd, and the public ``matmul``.
 """
