@@ -282,13 +282,20 @@ TMA_DTYPES = (torch.float16, torch.bfloat16)
 HAS_DESCRIPTORS = hasattr(TensorDescriptor, "from_tensor")  # runtime's stand-in on an older Triton has none
 
 
+def _block_shapes(blocks, a_t, b_t):
+    """The block shapes of the descriptors of a, b, c and pre for the tiles ``blocks``
+    ({"BLOCK_M": ..., "BLOCK_N": ..., "BLOCK_K": ...}): a transposed operand's memory holds
+    its tile transposed."""
+    block_m, block_n, block_k = (blocks[f"BLOCK_{axis}"] for axis in "MNK")
+    return ([block_k, block_m] if a_t else [block_m, block_k], [block_n, block_k] if b_t else [block_k, block_n],
+            [block_m, block_n], [block_m, block_n])
+
+
 def _set_block_shapes(arguments):
     """The autotuner's pre_hook: each descriptor's block shape from the configuration timed."""
-    block_m, block_n, block_k = (arguments[f"BLOCK_{axis}"] for axis in "MNK")
-    arguments["a_desc"].block_shape = [block_k, block_m] if arguments["A_T"] else [block_m, block_k]
-    arguments["b_desc"].block_shape = [block_n, block_k] if arguments["B_T"] else [block_k, block_n]
-    for output in ("c_desc", "pre_desc"):
-        arguments[output].block_shape = [block_m, block_n]
+    shapes = _block_shapes(arguments, arguments["A_T"], arguments["B_T"])
+    for name, shape in zip(("a_desc", "b_desc", "c_desc", "pre_desc"), shapes):
+        arguments[name].block_shape = shape
 
 
 autotuned_matmul_tma_kernel = triton.autotune(
@@ -317,16 +324,24 @@ def _tma_layout(tensor):
     return None
 
 
+def _tma_layouts(a, b, c, pre=None):
+    """(_tma_layout(a), _tma_layout(b)) where launch_matmul multiplies these with
+    matmul_tma_kernel, else None (see takes_tma)."""
+    M, K = a.shape
+    N = b.shape[1]
+    if not (ON_GPU and a.dtype in TMA_DTYPES and M * N * K >= AUTOTUNED_WORK and not is_traced(a)
+            and _device_has_tma(a.get_device()) and all(_tma_layout(t) is False for t in (c, pre) if t is not None)):
+        return None
+    layouts = _tma_layout(a), _tma_layout(b)
+    return None if None in layouts else layouts
+
+
 def takes_tma(a, b, c, pre=None):
     """Whether launch_matmul multiplies these with matmul_tma_kernel: on a GPU with the TMA
     engine, 16-bit operands, a product large enough to autotune, memory the engine can read
     (_tma_layout) and row-major outputs. Not while torch.compile traces: inductor launches
     matmul_kernel there."""
-    M, K = a.shape
-    N = b.shape[1]
-    return (ON_GPU and a.dtype in TMA_DTYPES and M * N * K >= AUTOTUNED_WORK and not is_traced(a)
-            and _device_has_tma(a.get_device()) and _tma_layout(a) is not None and _tma_layout(b) is not None
-            and all(_tma_layout(t) is False for t in (c, pre) if t is not None))
+    return _tma_layouts(a, b, c, pre) is not None
 
 
 def _descriptor(tensor, transposed, block_shape):
@@ -336,12 +351,13 @@ def _descriptor(tensor, transposed, block_shape):
     return TensorDescriptor(rows, list(rows.shape), list(rows.stride()), block_shape)
 
 
-def launch_matmul_tma(a, b, c, bias=None, pre=None, activation="none", config=None):
+def launch_matmul_tma(a, b, c, bias=None, pre=None, activation="none", config=None, layouts=None):
     """launch_matmul's product by matmul_tma_kernel, for a, b, c (and pre) that takes_tma
-    accepts (the interpreter runs it too, for the tests): c = act(a @ b + bias), pre = a @ b + bias."""
+    accepts (the interpreter runs it too, for the tests): c = act(a @ b + bias), pre = a @ b + bias.
+    ``layouts``: (_tma_layout(a), _tma_layout(b)) where the caller has them."""
     M, K = a.shape
     N = b.shape[1]
-    a_t, b_t = _tma_layout(a), _tma_layout(b)
+    a_t, b_t = layouts or (_tma_layout(a), _tma_layout(b))
     if a_t is None or b_t is None:
         raise ValueError("launch_matmul_tma: the TMA engine cannot read a or b (see takes_tma); "
                          f"got strides {a.stride()} and {b.stride()}")
@@ -351,11 +367,10 @@ def launch_matmul_tma(a, b, c, bias=None, pre=None, activation="none", config=No
                    KEEP_PRE=pre is not None, UPCAST_DOT=not ON_GPU and a.dtype == torch.bfloat16)
     config = config or (INTERPRETER_CONFIG if not ON_GPU else _tuned_tma.get(key))
     # Block shapes are set for the configuration launched (the autotuner's pre_hook sets its own).
-    block_m, block_n, block_k = (config.kwargs[f"BLOCK_{axis}"] for axis in "MNK") if config else (16, 16, 16)
-    descriptors = (_descriptor(a, a_t, [block_k, block_m] if a_t else [block_m, block_k]),
-                   _descriptor(b, b_t, [block_n, block_k] if b_t else [block_k, block_n]),
-                   _descriptor(c, False, [block_m, block_n]),
-                   _descriptor(c if pre is None else pre, False, [block_m, block_n]))
+    a_block, b_block, c_block, pre_block = _block_shapes(
+        config.kwargs if config else {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}, a_t, b_t)
+    descriptors = (_descriptor(a, a_t, a_block), _descriptor(b, b_t, b_block), _descriptor(c, False, c_block),
+                   _descriptor(c if pre is None else pre, False, pre_block))
     args = (*descriptors, c if bias is None else bias, M, N, K, 0 if bias is None else bias.stride(0))
     with on_device_of(a):
         if config is None:  # a new product: every configuration timed, C left computed
@@ -363,7 +378,7 @@ def launch_matmul_tma(a, b, c, bias=None, pre=None, activation="none", config=No
             autotuned_matmul_tma_kernel[grid](*args, **options)
             _tuned_tma[key] = autotuned_matmul_tma_kernel.best_config
             return
-        grid = (min(programs, cdiv(M, block_m) * cdiv(N, block_n)),)
+        grid = (min(programs, cdiv(M, c_block[0]) * cdiv(N, c_block[1])),)
         launch(matmul_tma_kernel, grid, *args, **options, **config.kwargs, num_warps=config.num_warps,
                num_stages=config.num_stages)
 
@@ -394,8 +409,9 @@ def launch_matmul(a, b, c, bias=None, pre=None, activation="none", config=None, 
     if K == 0:
         _without_products(c, bias, pre, activation)
         return
-    if tma and config is None and takes_tma(a, b, c, pre):
-        launch_matmul_tma(a, b, c, bias, pre, activation)
+    layouts = _tma_layouts(a, b, c, pre) if tma and config is None else None
+    if layouts:
+        launch_matmul_tma(a, b, c, bias, pre, activation, layouts=layouts)
         return
     args = (a, b, c if bias is None else bias, c, c if pre is None else pre,
             M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), 0 if bias is None else bias.stride(0),

@@ -236,10 +236,13 @@ needs_descriptors = pytest.mark.skipif(not matmul_op.HAS_DESCRIPTORS,
 def test_tma_kernel_matches_reference(shape, activation, a_transposed, b_transposed, dtype):
     # Every layout the TMA engine reads (rows, or a transposed view of rows), edge tiles
     # past M and N, the bias, the activation and the kept pre-activation; K a multiple of
-    # 8, and M too where a is transposed, as 16-byte rows of 16-bit values need. On a GPU a fixed configuration (no autotuning).
+    # 8, and M too where a is transposed, as 16-byte rows of 16-bit values need. On a GPU
+    # a fixed configuration (no autotuning).
     m, n, k = shape
-    a = torch.randn(k, m, device=DEVICE, dtype=dtype).t() if a_transposed else torch.randn(m, k, device=DEVICE, dtype=dtype)
-    b = ((torch.randn(n, k, device=DEVICE).t() if b_transposed else torch.randn(k, n, device=DEVICE)) / k**0.5).to(dtype)
+    a = (torch.randn(k, m, device=DEVICE, dtype=dtype).t() if a_transposed
+         else torch.randn(m, k, device=DEVICE, dtype=dtype))
+    b = ((torch.randn(n, k, device=DEVICE).t() if b_transposed else torch.randn(k, n, device=DEVICE))
+         / k**0.5).to(dtype)
     bias = torch.randn(n, device=DEVICE, dtype=dtype)
     out, pre = (torch.full((m, n), float("nan"), device=DEVICE, dtype=dtype) for _ in range(2))
     matmul_op.launch_matmul_tma(a, b, out, bias, pre, activation or "none",
