@@ -27,11 +27,7 @@ def softmax(x):
     A row whose every entry is -inf has nothing to weigh: it gives zeros (and a zero
     gradient) instead of the NaN of ``torch.softmax``. A NaN entry makes its row NaN.
     """
-    nothing_visible = x.amax(dim=-1, keepdim=True) == float("-inf")
-    # -inf raised to the lowest finite value still weighs exactly 0 beside a finite maximum
-    # (and gets no gradient); a row of nothing but -inf turns finite, and the mask zeroes it
-    lowest = torch.finfo(x.dtype).min
-    return torch.softmax(x.clamp(min=lowest), dim=-1).masked_fill(nothing_visible, 0.0)
+    return _softmax_of_visible(x)
 
 
 def causal_mask(n, device=None):
@@ -43,7 +39,32 @@ def causal_softmax(x, diagonal=0):
     """Softmax of x (..., m, n) where query row i sees keys j <= i + diagonal; exactly 0
     at the keys it does not see."""
     hidden = torch.ones(x.shape[-2:], dtype=torch.bool, device=x.device).triu(diagonal=diagonal + 1)
-    return softmax(x.masked_fill(hidden, float("-inf"))).masked_fill(hidden, 0.0)
+    return _softmax_of_visible(x.masked_fill(hidden, float("-inf")), hidden)
+
+
+def _softmax_of_visible(x, hidden=None):
+    """``softmax`` of x, whose entries at ``hidden`` (bool, broadcast to x) are -inf and come
+    out exactly 0, NaN rows included."""
+    row_max = x.amax(dim=-1, keepdim=True)
+    if _every_row_finite(x, row_max):
+        # the common case, where torch.softmax alone is exact: 0 at every -inf entry
+        return torch.softmax(x, dim=-1)
+    # -inf raised to the lowest finite value still weighs exactly 0 beside a finite maximum
+    # (and gets no gradient); a row of nothing but -inf turns finite, and the product with
+    # False zeroes it (a masked_fill of a column costs a pass more than this multiply)
+    lowest = torch.finfo(x.dtype).min
+    y = torch.softmax(x.clamp(min=lowest), dim=-1) * (row_max != float("-inf"))  # True for NaN rows
+    return y if hidden is None else y.masked_fill(hidden, 0.0)
+
+
+def _every_row_finite(x, row_max):
+    """Whether every row of x has a finite maximum, asked only where the answer costs no
+    GPU synchronisation and nothing traces the computation: a plain CPU tensor outside
+    torch.func's transforms and torch.compile (elsewhere the guarded path, whose answer is
+    the same)."""
+    return (type(x) is torch.Tensor and x.device.type == "cpu" and not torch.compiler.is_compiling()
+            and not torch._C._functorch.is_functorch_wrapped_tensor(x)
+            and bool(torch.isfinite(row_max).all()))
 
 
 def softmax_backward(y, grad_y):
