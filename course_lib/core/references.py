@@ -27,7 +27,15 @@ def softmax(x):
     A row whose every entry is -inf has nothing to weigh: it gives zeros (and a zero
     gradient) instead of the NaN of ``torch.softmax``. A NaN entry makes its row NaN.
     """
-    return _softmax_of_visible(x)
+    row_max = x.amax(dim=-1, keepdim=True)
+    if _every_row_finite(x, row_max):
+        # the common case, where torch.softmax alone is exact: 0 at every -inf entry
+        return torch.softmax(x, dim=-1)
+    # -inf raised to the lowest finite value still weighs exactly 0 beside a finite maximum
+    # (and gets no gradient); a row of nothing but -inf turns finite, and the product with
+    # False zeroes it (a masked_fill of a column costs a pass more than this multiply)
+    lowest = torch.finfo(x.dtype).min
+    return torch.softmax(x.clamp(min=lowest), dim=-1) * (row_max != float("-inf"))  # True for NaN rows
 
 
 def causal_mask(n, device=None):
@@ -39,22 +47,7 @@ def causal_softmax(x, diagonal=0):
     """Softmax of x (..., m, n) where query row i sees keys j <= i + diagonal; exactly 0
     at the keys it does not see."""
     hidden = torch.ones(x.shape[-2:], dtype=torch.bool, device=x.device).triu(diagonal=diagonal + 1)
-    return _softmax_of_visible(x.masked_fill(hidden, float("-inf")), hidden)
-
-
-def _softmax_of_visible(x, hidden=None):
-    """``softmax`` of x, whose entries at ``hidden`` (bool, broadcast to x) are -inf and come
-    out exactly 0, NaN rows included."""
-    row_max = x.amax(dim=-1, keepdim=True)
-    if _every_row_finite(x, row_max):
-        # the common case, where torch.softmax alone is exact: 0 at every -inf entry
-        return torch.softmax(x, dim=-1)
-    # -inf raised to the lowest finite value still weighs exactly 0 beside a finite maximum
-    # (and gets no gradient); a row of nothing but -inf turns finite, and the product with
-    # False zeroes it (a masked_fill of a column costs a pass more than this multiply)
-    lowest = torch.finfo(x.dtype).min
-    y = torch.softmax(x.clamp(min=lowest), dim=-1) * (row_max != float("-inf"))  # True for NaN rows
-    return y if hidden is None else y.masked_fill(hidden, 0.0)
+    return softmax(x.masked_fill(hidden, float("-inf"))).masked_fill(hidden, 0.0)
 
 
 def _every_row_finite(x, row_max):
