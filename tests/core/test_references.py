@@ -29,3 +29,22 @@ def test_layernorm_by_torch_computes_the_specification(stable, affine):
                                references.layernorm(x, gamma, beta, 1e-5, stable))
     # the widest dtype wins, as the specification's arithmetic promotes
     assert references.layernorm_by_torch(x.float(), gamma, beta).dtype == (torch.float64 if affine else torch.float32)
+
+
+@pytest.mark.parametrize("with_minus_inf", [False, True])
+def test_softmax_paths_agree_to_second_order(with_minus_inf):
+    # Where every row has a finite maximum, a plain CPU tensor takes torch.softmax alone, and
+    # a tensor under torch.func's transforms the guarded path: the same values and derivatives.
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 9, dtype=torch.float64, generator=generator)
+    weights = torch.randn(5, 9, dtype=torch.float64, generator=generator)
+    if with_minus_inf:  # keys no query sees, each row keeping a finite maximum
+        x[1, ::2] = float("-inf")
+        x[3, 4] = float("-inf")
+
+    def loss(t):
+        return (references.softmax(t) * weights).sum()
+
+    torch.testing.assert_close(torch.func.vmap(references.softmax)(x), references.softmax(x), rtol=0, atol=0)
+    torch.testing.assert_close(torch.func.grad(loss)(x), torch.autograd.functional.jacobian(loss, x))
+    torch.testing.assert_close(torch.func.hessian(loss)(x), torch.autograd.functional.hessian(loss, x))
