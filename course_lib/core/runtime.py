@@ -334,6 +334,13 @@ def interpreting():
     return not ON_GPU and os.environ.get("TRITON_INTERPRET") == "1"
 
 
+def upcasts_dot(dtype):
+    """A kernel's UPCAST_DOT for operands of ``dtype``: whether its products take float32
+    copies of the tiles. Triton's interpreter multiplies bfloat16 tiles wrongly (Triton 3.6:
+    errors of 1e10 on values near 1), so off the GPU bfloat16 products are made in float32."""
+    return not ON_GPU and dtype == torch.bfloat16
+
+
 def describe():
     """One line saying where kernels run and with which Triton."""
     if ON_GPU:

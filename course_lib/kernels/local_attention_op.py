@@ -29,7 +29,7 @@ import triton.language as tl
 from ..core import references
 from ..core.operator import differentiable_op
 from ..core.plans import LaunchPlan, TunedOn
-from ..core.runtime import ON_GPU, cdiv, launch, next_power_of_2
+from ..core.runtime import cdiv, launch, next_power_of_2, upcasts_dot
 from ..core.validation import (FLOAT_DTYPES, PUBLIC_DTYPES, check_index_range, check_like, check_same_device_and_dtype,
                                check_tensor, on_device_of, runs_reference, by_reference, autocast_as_matmul)
 
@@ -54,7 +54,7 @@ def _visible(queries, keys, n, WINDOW: tl.constexpr):
 
 @triton.jit
 def _dot(a, b, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr):
-    """tl.dot, or the same product of float32 copies where UPCAST_DOT says so (see _options)."""
+    """tl.dot, or the same product of float32 copies where UPCAST_DOT says so (runtime.upcasts_dot)."""
     if UPCAST_DOT:
         product = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
     else:
@@ -251,9 +251,7 @@ def _options(q, tiles):
         SCALE=head_dim**-0.5,
         # float32 products in full precision: tf32 would cost them 3 decimal digits.
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else None,
-        # Triton's interpreter multiplies bfloat16 tiles wrongly (Triton 3.6: errors of 1e10
-        # on values near 1), so there the products take float32 copies.
-        UPCAST_DOT=not ON_GPU and q.dtype == torch.bfloat16,
+        UPCAST_DOT=upcasts_dot(q.dtype),
         num_warps=tiles.num_warps, num_stages=tiles.num_stages,
     )
 

@@ -22,7 +22,7 @@ from ..core import references
 from ..core.operator import differentiable_op
 from ..core.plans import TunedOn
 from ..core.rows import as_rows, sum_partial_rows
-from ..core.runtime import ON_GPU, TensorDescriptor, cdiv, is_traced, launch, multiprocessor_count
+from ..core.runtime import ON_GPU, TensorDescriptor, cdiv, is_traced, launch, multiprocessor_count, upcasts_dot
 from ..core.validation import (FLOAT_DTYPES, PUBLIC_DTYPES, check_index_range, check_like, check_same_device_and_dtype,
                                check_tensor, on_device_of, runs_reference, by_reference, autocast_as_matmul)
 
@@ -364,7 +364,7 @@ def launch_matmul_tma(a, b, c, bias=None, pre=None, activation="none", config=No
     key = (M, N, K, a.dtype, a_t, b_t)
     programs = multiprocessor_count()
     options = dict(A_T=a_t, B_T=b_t, NUM_PROGRAMS=programs, HAS_BIAS=bias is not None, ACTIVATION=activation,
-                   KEEP_PRE=pre is not None, UPCAST_DOT=not ON_GPU and a.dtype == torch.bfloat16)
+                   KEEP_PRE=pre is not None, UPCAST_DOT=upcasts_dot(a.dtype))
     config = config or (INTERPRETER_CONFIG if not ON_GPU else _tuned_tma.get(key))
     # Block shapes are set for the configuration launched (the autotuner's pre_hook sets its own).
     a_block, b_block, c_block, pre_block = _block_shapes(
@@ -419,9 +419,7 @@ def launch_matmul(a, b, c, bias=None, pre=None, activation="none", config=None, 
     options = dict(
         HAS_BIAS=bias is not None, ACTIVATION=activation, KEEP_PRE=pre is not None,
         DOT_PRECISION=dot_precision(a.dtype),
-        # Triton's interpreter multiplies bfloat16 tiles wrongly (local_attention_op says
-        # more), so there the products take float32 copies.
-        UPCAST_DOT=not ON_GPU and a.dtype == torch.bfloat16,
+        UPCAST_DOT=upcasts_dot(a.dtype),
     )
     with on_device_of(a):
         config = config or _config_for(args, options, (M, N, K, a.dtype))
