@@ -53,14 +53,45 @@ def runs_reference(*tensors):
         return True
     if torch.compiler.is_compiling():
         return False
-    tangents = getattr(forward_ad, "_current_level", 0) >= 0  # -1 outside every forward_ad.dual_level()
+    tangents = _in_dual_level()
     is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
     return any(isinstance(t, torch.Tensor) and (is_wrapped(t) or tangents and _carries_tangent(t)) for t in tensors)
 
 
+def _in_dual_level():
+    """Whether a forward_ad.dual_level() is open, so that a tensor may carry a tangent."""
+    return getattr(forward_ad, "_current_level", 0) >= 0  # -1 outside every dual level
+
+
+def plain_inputs(*tensors):
+    """Whether the kernels take ``tensors`` (None skipped; the first a tensor) as they are:
+    plain tensors (torch.Tensor, nn.Parameter) of a kernel dtype, dense, without lazy bits
+    (is_neg, zero tensors), all on one device where the kernels run, and no torch.compile
+    tracing, torch.func transform, forward-mode AD or autocast around the call. It is the
+    call a training step makes, every step, and this asks one question a tensor of what
+    check_tensor and runs_reference ask in many: a public function that gets True passes
+    ``plain=True`` to check_tensor, which then checks dimensions alone, and skips
+    runs_reference and autocast. False says nothing is wrong: the full checks decide."""
+    if (torch.compiler.is_compiling() or _in_dual_level()
+            or torch.is_autocast_enabled(DEVICE.type) or not (ON_GPU or interpreting())):
+        return False
+    first = tensors[0]
+    if type(first) not in PLAIN_TENSOR_TYPES:
+        return False
+    device = first.get_device()  # the GPU's index (-1 off the GPU): no device object made
+    is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+    for t in tensors:
+        if t is not None and (
+                type(t) not in PLAIN_TENSOR_TYPES or not (t.is_cuda if ON_GPU else t.is_cpu)
+                or t.get_device() != device or t.dtype not in FLOAT_DTYPES or t.layout != torch.strided
+                or t.is_nested or t.is_neg() or t._is_zerotensor() or is_wrapped(t)):
+            return False
+    return True
+
+
 def _carries_tangent(tensor):
     """Whether ``tensor`` carries a forward-mode tangent (torch.autograd.forward_ad)."""
-    return (getattr(forward_ad, "_current_level", 0) >= 0  # -1 outside every forward_ad.dual_level()
+    return (_in_dual_level()
             and isinstance(tensor, torch.Tensor) and forward_ad.unpack_dual(tensor).tangent is not None)
 
 
@@ -104,10 +135,14 @@ def autocast_as_matmul(*tensors):
     return _cast(tensors, torch.get_autocast_dtype(device)) if device else tensors
 
 
-def check_tensor(op, name, tensor, *, dtypes=FLOAT_DTYPES, min_ndim=1):
+def check_tensor(op, name, tensor, *, dtypes=FLOAT_DTYPES, min_ndim=1, plain=False):
     """Check one argument's type, device and dtype; raise saying what is accepted. A float64
     tensor, where ``dtypes`` accept it, is computed by PyTorch's own operations (the
-    references): any device and torch.func's transforms are fine then."""
+    references): any device and torch.func's transforms are fine then. ``plain``:
+    plain_inputs said so of the call's tensors, which leaves its dtype and dimensions."""
+    if plain and tensor.dtype in dtypes:
+        _check_ndim(op, name, tensor, min_ndim)
+        return
     if not isinstance(tensor, torch.Tensor):
         raise not_a_tensor(op, name, tensor)
     if tensor.layout != torch.strided:
@@ -219,7 +254,7 @@ def wants_gradient(op, names, tensors):
     Forward-mode AD is refused here, before that shortcut could drop a tangent: the
     kernels compute values and reverse-mode gradients only (the public functions send
     tangents to their references first: runs_reference)."""
-    for name, tensor in zip(names, tensors):
+    for name, tensor in zip(names, tensors) if _in_dual_level() else ():
         if _carries_tangent(tensor):
             raise NotImplementedError(
                 f"{op}: {name} carries a forward-mode tangent (torch.autograd.forward_ad), and "

@@ -30,7 +30,8 @@ from ..core.operator import differentiable_op
 from ..core.plans import LaunchPlan, TunedOn, warps_for
 from ..core.runtime import cdiv, launch, multiprocessor_count, next_power_of_2
 from ..core.validation import (FLOAT_DTYPES, INT32_LIMIT, PUBLIC_DTYPES, check_anchor, check_index_range, check_like,
-                               check_tensor, on_device_of, runs_reference, by_reference, autocast_as_float32_ops)
+                               check_tensor, on_device_of, plain_inputs, runs_reference, by_reference,
+                               autocast_as_float32_ops)
 
 # Causal loads fetch keys up to the diagonal rounded up to this many columns: a load
 # mask that is constant over aligned groups of 16 lets Triton issue 16-byte vector
@@ -507,14 +508,15 @@ SOFTMAX = differentiable_op(
 # ------------------------------------------------------------------------------ public
 
 
-def _check_input(op, x, causal, diagonal=None, name="x", dtypes=FLOAT_DTYPES):
-    """``dtypes``: the kernels' (the operators' check), or the public functions', float64 too."""
+def _check_input(op, x, causal, diagonal=None, name="x", dtypes=FLOAT_DTYPES, plain=False):
+    """``dtypes``: the kernels' (the operators' check), or the public functions', float64 too.
+    ``plain``: what plain_inputs said of x."""
     if not isinstance(causal, bool):
         raise TypeError(f"{op}: causal must be True or False, got {causal!r}")
     # A SymInt: traced by torch.compile with dynamic shapes, diagonal=n - m is one.
     if diagonal is not None and (isinstance(diagonal, bool) or not isinstance(diagonal, (int, torch.SymInt))):
         raise TypeError(f"{op}: diagonal must be an int or None, got {diagonal!r}")
-    check_tensor(op, name, x, dtypes=dtypes, min_ndim=2 if causal else 1)
+    check_tensor(op, name, x, dtypes=dtypes, min_ndim=2 if causal else 1, plain=plain)
     if causal and diagonal is None and x.shape[-1] != x.shape[-2]:
         raise ValueError(
             f"{op}: a causal mask needs square matrices in the last two dimensions, (..., n, n), "
@@ -565,12 +567,14 @@ def softmax(x, dim=-1, *, causal=False):
         >>> softmax(torch.randn(2, 5, 5), causal=True)[0, 0]  # [1, 0, 0, 0, 0]
     """
     op = "causal_softmax" if causal is True else "softmax"
-    _check_input(op, x, causal, dtypes=PUBLIC_DTYPES)
+    plain = plain_inputs(x)
+    _check_input(op, x, causal, dtypes=PUBLIC_DTYPES, plain=plain)
     _check_dim(op, x, dim, causal)
-    (x,) = autocast_as_float32_ops(x)
+    if not plain:
+        (x,) = autocast_as_float32_ops(x)
     if dim % x.ndim != x.ndim - 1:
         return softmax(x.movedim(dim, -1)).movedim(-1, dim)
-    if runs_reference(x):
+    if not plain and runs_reference(x):
         return by_reference(references.causal_softmax if causal else references.softmax, x)
     return SOFTMAX(x, causal, 0, error_name=op)
 
@@ -607,9 +611,11 @@ def causal_softmax(x, diagonal=None):
         >>> causal_softmax(torch.randn(2, 3, 6), diagonal=3).shape  # 3 new queries after 3 keys
         torch.Size([2, 3, 6])
     """
-    _check_input("causal_softmax", x, True, diagonal, dtypes=PUBLIC_DTYPES)
-    (x,) = autocast_as_float32_ops(x)
-    if runs_reference(x):
+    plain = plain_inputs(x)
+    _check_input("causal_softmax", x, True, diagonal, dtypes=PUBLIC_DTYPES, plain=plain)
+    if not plain:
+        (x,) = autocast_as_float32_ops(x)
+    if not plain and runs_reference(x):
         return by_reference(references.causal_softmax, x, diagonal or 0)
     if not diagonal:  # None or 0: the square case, within any bounds
         return SOFTMAX(x, True, 0, error_name="causal_softmax")

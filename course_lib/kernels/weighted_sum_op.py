@@ -22,6 +22,7 @@ from ..core.validation import (
     check_tensor,
     FLOAT_DTYPES,
     on_device_of,
+    plain_inputs,
     PUBLIC_DTYPES,
     runs_reference,
     by_reference,
@@ -182,10 +183,11 @@ def backward_tiles(n_cols, element_size):
 BACKWARD_PROGRAMS_PER_SM = 4
 
 
-def _check_inputs(op, x, weight, dtypes=FLOAT_DTYPES):
-    """``dtypes``: the kernels' (the operators' check), or the public function's, float64 too."""
-    check_tensor(op, "x", x, dtypes=dtypes)
-    check_tensor(op, "weight", weight, dtypes=dtypes)
+def _check_inputs(op, x, weight, dtypes=FLOAT_DTYPES, plain=False):
+    """``dtypes``: the kernels' (the operators' check), or the public function's, float64 too.
+    ``plain``: what plain_inputs said of x and weight."""
+    check_tensor(op, "x", x, dtypes=dtypes, plain=plain)
+    check_tensor(op, "weight", weight, dtypes=dtypes, plain=plain)
     check_same_device_and_dtype(op, x=x, weight=weight)
     if weight.ndim != 1 or weight.shape[0] != x.shape[-1]:
         raise ValueError(
@@ -320,7 +322,8 @@ def weighted_sum(x, weight):
         >>> weighted_sum(x, weight).shape
         torch.Size([4])
     """
-    _check_inputs("weighted_sum", x, weight, PUBLIC_DTYPES)
-    if runs_reference(x, weight):
+    plain = plain_inputs(x, weight)
+    _check_inputs("weighted_sum", x, weight, PUBLIC_DTYPES, plain)
+    if not plain and runs_reference(x, weight):
         return by_reference(references.weighted_sum, x, weight)
     return WEIGHTED_SUM(x, weight)

@@ -1,6 +1,8 @@
 """What every public function refuses, and how: other layouts, other devices,
 forward-mode tangents (computed by the references) and second-order gradients (course_lib/core/validation.py)."""
 
+import sys
+
 import pytest
 import torch
 from torch.autograd import forward_ad
@@ -462,3 +464,71 @@ def test_under_autocast_each_function_gives_torchs_dtype(name, input_dtype, auto
     assert got.dtype == expected.dtype, f"{name}: {got.dtype} under autocast, torch gives {expected.dtype}"
     tolerance = 2e-2 if expected.dtype != torch.float32 or input_dtype != torch.float32 else 1e-5
     torch.testing.assert_close(got.float(), expected.float(), atol=tolerance, rtol=tolerance)
+
+
+def test_plain_inputs_says_so_only_of_tensors_the_kernels_take_as_they_are():
+    """The public functions' fast path: plain_inputs skips the full checks only where they
+    would let the tensors through unchanged; every tensor a check refuses or sends to the
+    references, and every context that does, makes it say False."""
+    from torch.testing._internal.two_tensor import TwoTensor
+    from course_lib.core.validation import plain_inputs
+
+    x = torch.randn(5, 7, device=DEVICE)
+    vector = torch.nn.Parameter(torch.randn(7, device=DEVICE))
+    assert plain_inputs(x, vector, None)
+    assert plain_inputs(x.T, x.bfloat16(), x.half())  # any strides, every kernel dtype
+    not_plain = {
+        "float64 (the references)": x.double(),
+        "an integer tensor": x.int(),
+        "a bool tensor": x > 0,
+        "on the meta device": x.to("meta"),
+        "on the CPU beside a GPU tensor" if ON_GPU else "a CPU tensor, off the kernels' device": x.cpu(),
+        "sparse": x.to_sparse(),
+        "lazily negated": torch.complex(torch.zeros_like(x), x).conj().imag,
+        "a zero tensor": torch._efficientzerotensor(x.shape, device=DEVICE),
+        "a wrapper subclass": TwoTensor(x, x.clone()),
+        "a NumPy array": x.cpu().numpy(),
+    }
+    if not ON_GPU:
+        del not_plain["a CPU tensor, off the kernels' device"]  # the interpreter's device
+    for what, other in not_plain.items():
+        assert not plain_inputs(x, other), what
+        assert not plain_inputs(other, x), what
+    with torch.autocast(DEVICE.type, dtype=torch.bfloat16):
+        assert not plain_inputs(x)
+    with forward_ad.dual_level():
+        assert not plain_inputs(x)
+    assert torch.func.vmap(lambda row: torch.tensor(plain_inputs(row)))(x).logical_not().all()
+
+
+@pytest.mark.parametrize("op, fn, make", CASES, ids=IDS)
+def test_the_fast_path_computes_what_the_full_checks_do(op, fn, make, monkeypatch):
+    """plain_inputs only shortens the checks: the call takes it, and with it saying False
+    everywhere the values and gradients are the same to the bit."""
+    from course_lib.core import validation
+
+    inputs = inputs_of(make)
+    inputs.pop("mask", None)  # coordinate descent's mask is checked in full
+    leaves = [t.requires_grad_() for t in differentiable(inputs)]
+    real = validation.plain_inputs
+    users = [m for m in list(sys.modules.values()) if getattr(m, "plain_inputs", None) is real]
+    answers = []
+
+    def recorded(*tensors):
+        answers.append(real(*tensors))
+        return answers[-1]
+
+    def outputs():
+        y = fn(**inputs)
+        return y, torch.autograd.grad(y, leaves, torch.ones_like(y))
+
+    for module in users:
+        monkeypatch.setattr(module, "plain_inputs", recorded)
+    fast, fast_grads = outputs()
+    assert answers and all(answers), answers
+    for module in users:
+        monkeypatch.setattr(module, "plain_inputs", lambda *tensors: False)
+    full, full_grads = outputs()
+    torch.testing.assert_close(fast, full, rtol=0, atol=0)
+    for got, expected in zip(fast_grads, full_grads):
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)

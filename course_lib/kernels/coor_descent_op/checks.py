@@ -81,9 +81,11 @@ def _check_k(op, k, s):
         raise TypeError(f"{op}: k must be a number or a torch.Tensor, got {type(k).__name__}")
 
 
-def check_inputs(op, s, n_iters, k, eps, eps_init, eps_decay, mask, checkpoint_segments, dtypes=FLOAT_DTYPES):
-    """``dtypes``: the kernels' (the operator's check), or the public function's, float64 too."""
-    check_tensor(op, "s", s, dtypes=dtypes)
+def check_inputs(op, s, n_iters, k, eps, eps_init, eps_decay, mask, checkpoint_segments, dtypes=FLOAT_DTYPES,
+                 plain=False):
+    """``dtypes``: the kernels' (the operator's check), or the public function's, float64 too.
+    ``plain``: what plain_inputs said of s."""
+    check_tensor(op, "s", s, dtypes=dtypes, plain=plain)
     if s.shape[-1] == 0:
         raise ValueError(f"{op}: the last dimension of s must be at least 1, got s of shape {tuple(s.shape)}")
     check_index_range(op, columns=s.shape[-1], rows=s.numel() // s.shape[-1])

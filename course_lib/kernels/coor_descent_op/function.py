@@ -13,7 +13,8 @@ from .launchers import coor_descent_backward, coor_descent_forward, eps_schedule
 from ...core import references
 from ...core.operator import differentiable_op
 from ...core.runtime import ON_GPU, is_traced
-from ...core.validation import PUBLIC_DTYPES, _names, check_anchor, check_like, runs_reference, by_reference
+from ...core.validation import (PUBLIC_DTYPES, _names, check_anchor, check_like, plain_inputs, runs_reference,
+                                by_reference)
 
 
 def _as_rows(s, mask):
@@ -186,12 +187,14 @@ def coor_descent(s, *, n_iters, k, eps=0.1, eps_init=None, eps_decay=1.0, mask=N
         >>> y.sum(-1)  # about 4 a row
     """
     op = "coor_descent"
-    check_inputs(op, s, n_iters, k, eps, eps_init, eps_decay, mask, checkpoint_segments, PUBLIC_DTYPES)
-    if runs_reference(s, k, mask):
+    # k a tensor and the mask are checked in full: plain_inputs takes float tensors only
+    plain = mask is None and not isinstance(k, torch.Tensor) and plain_inputs(s)
+    check_inputs(op, s, n_iters, k, eps, eps_init, eps_decay, mask, checkpoint_segments, PUBLIC_DTYPES, plain)
+    if not plain and runs_reference(s, k, mask):
         return by_reference(references.coor_descent, s, n_iters=n_iters, k=k, eps=eps, eps_init=eps_init,
                             eps_decay=eps_decay, mask=mask)
     settings = (int(n_iters), float(eps), None if eps_init is None else float(eps_init), float(eps_decay))
-    compiling = torch.compiler.is_compiling()
+    compiling = not plain and torch.compiler.is_compiling()
     if isinstance(k, torch.Tensor):
         if compiling:
             k = check_k_op(k, s.shape[-1])

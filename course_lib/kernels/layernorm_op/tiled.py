@@ -43,7 +43,7 @@ from ...core.rows import as_rows, known_multiple_of, shaped_like, sum_partial_ro
 from ...core.runtime import cdiv, is_cooperative_refusal, launch, multiprocessor_count
 from ...core.validation import (FLOAT_DTYPES, INT32_LIMIT, PUBLIC_DTYPES, _names, check_index_range, check_like,
                                 check_same_device, check_tensor, first_order_only, first_order_only_as,
-                                held_for_first_order_only, on_device_of, runs_reference, by_reference,
+                                held_for_first_order_only, on_device_of, plain_inputs, runs_reference, by_reference,
                                 autocast_as_float32_ops)
 
 # ---------------------------------------------------------------------------- kernels
@@ -379,18 +379,21 @@ class StableLayerNormFunction(torch.autograd.Function):
 # ------------------------------------------------------------------------------ public
 
 
-def _check_inputs(op, x, gamma, beta, eps, names=("gamma", "beta"), any_float_params=False, dtypes=FLOAT_DTYPES):
+def _check_inputs(op, x, gamma, beta, eps, names=("gamma", "beta"), any_float_params=False, dtypes=FLOAT_DTYPES,
+                  plain=False):
     """``names``: what the caller calls gamma and beta (the module's weight and bias).
     ``any_float_params``: the operator's check, which takes gamma and beta in any float
     dtype (the stable option hands it x divided by its row maxima, in float32).
-    ``dtypes``: the kernels' (the operators' check), or the public functions', float64 too."""
-    check_tensor(op, "x", x, dtypes=dtypes)
+    ``dtypes``: the kernels' (the operators' check), or the public functions', float64 too.
+    ``plain``: what plain_inputs said of x, gamma and beta (one device, among what it checked)."""
+    check_tensor(op, "x", x, dtypes=dtypes, plain=plain)
     n_cols = x.shape[-1]
     for name, param in zip(names, (gamma, beta)):
         if param is None:
             continue
-        check_tensor(op, name, param, dtypes=dtypes)
-        check_same_device(op, x=x, **{name: param})
+        check_tensor(op, name, param, dtypes=dtypes, plain=plain)
+        if not plain:
+            check_same_device(op, x=x, **{name: param})
         if param.dtype not in (FLOAT_DTYPES if any_float_params else (x.dtype, torch.float32)):
             raise TypeError(
                 f"{op}: {name} has dtype {param.dtype} but x has {x.dtype}; {name} must have x's dtype, "
@@ -515,13 +518,15 @@ def _normalized_shape(op, normalized_shape):
 
 
 def _layernorm(op, names, x, gamma, beta, eps, stable):
-    x, gamma, beta = autocast_as_float32_ops(x, gamma, beta)
-    _check_inputs(op, x, gamma, beta, eps, names, dtypes=PUBLIC_DTYPES)
+    plain = plain_inputs(x, gamma, beta)
+    if not plain:
+        x, gamma, beta = autocast_as_float32_ops(x, gamma, beta)
+    _check_inputs(op, x, gamma, beta, eps, names, dtypes=PUBLIC_DTYPES, plain=plain)
     _check_flag(op, "stable", stable)
     eps = float(eps)
-    if runs_reference(x, gamma, beta):
+    if not plain and runs_reference(x, gamma, beta):
         return by_reference(references.layernorm_by_torch, x, gamma, beta, eps, stable)
-    if torch.compiler.is_compiling():
+    if not plain and torch.compiler.is_compiling():
         # With stable, inductor differentiates the division itself: traced by it,
         # StableLayerNormFunction's backward gave wrong float32 gradients of x (torch 2.11).
         z = _divided_by_row_max(x)[0] if stable else x
