@@ -7,10 +7,12 @@ results' "host" rows.
 A step as a user's loop runs it (gradients set to None, forward, backward), timed on the
 host while the GPU is kept busy, so that the host never waits for it: what eager mode costs
 before any kernel runs. course_lib's step, torch's and the floor's (benchmarks.floor: the same
-Triton kernels in a bare autograd.Function, the least such a step can cost) take turns in
-rounds (the host's speed drifts over seconds), and each row holds the median of its rounds
-as ``ms`` and the GPU's own time of the same step (the profiler's kernels) as ``gpu_ms``: a
-step whose host time passes its GPU time is host-bound, and there its host time is its speed.
+Triton kernels in a bare autograd.Function, the least such a step can cost) take turns step
+by step, so that the host's speed, which drifts twofold over seconds on the lent machines,
+is the same for the three; each row holds the median of ROUNDS rounds (each the median of
+its steps) as ``ms`` and the GPU's own time of the same step (the profiler's kernels) as
+``gpu_ms``: a step whose host time passes its GPU time is host-bound, and there its host
+time is its speed.
 """
 
 import argparse
@@ -21,7 +23,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.__main__ import merge
-from benchmarks.profile_step import ROUNDS, host_us, kernel_steps, profile
+from benchmarks.profile_step import ROUNDS, host_us_each, kernel_steps, profile
 from course_lib.core.benchmarking import (RESULTS_DIR, copy_bandwidth_gbps, gpu_slug, measured_on, require_gpu,
                                           write_document)
 
@@ -43,8 +45,9 @@ def host_rows(kernel, shape, dtype):
     order = list(steps)
     for round_ in range(ROUNDS):
         first = round_ % len(order)
-        for impl in order[first:] + order[:first]:  # a new first each round
-            times[impl].append(host_us(steps[impl]))
+        turns = order[first:] + order[:first]  # a new first each round
+        for impl, us in host_us_each({impl: steps[impl] for impl in turns}).items():
+            times[impl].append(us)
     rows = {}
     for impl, step in steps.items():
         gpu_us = profile(step)[0]

@@ -103,17 +103,26 @@ HOST_SLEEP_CYCLES = 1_000_000_000
 def host_us(step, runs=100):
     """Median host time of a step in microseconds, with the GPU kept busy meanwhile, so
     that the host never waits for it."""
-    for _ in range(5):
-        step()
+    return host_us_each({"step": step}, runs)["step"]
+
+
+def host_us_each(steps, runs=100):
+    """{name: median host time of its step in µs} of ``steps`` ({name: step}), which take
+    turns step by step while the GPU is kept busy (as host_us), so that the host's speed,
+    which drifts over seconds, is the same for each."""
+    for step in steps.values():
+        for _ in range(5):
+            step()
     torch.cuda.synchronize()
-    times = []
+    times = {name: [] for name in steps}
     torch.cuda._sleep(HOST_SLEEP_CYCLES)
     for _ in range(runs):
-        started = time.perf_counter()
-        step()
-        times.append((time.perf_counter() - started) * 1e6)
+        for name, step in steps.items():
+            started = time.perf_counter()
+            step()
+            times[name].append((time.perf_counter() - started) * 1e6)
     torch.cuda.synchronize()
-    return statistics.median(times)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def profile(step, steps=5):
