@@ -7,12 +7,12 @@ results' "host" rows.
 A step as a user's loop runs it (gradients set to None, forward, backward), timed on the
 host while the GPU is kept busy, so that the host never waits for it: what eager mode costs
 before any kernel runs. course_lib's step, torch's and the floor's (benchmarks.floor: the same
-Triton kernels in a bare autograd.Function, the least such a step can cost) take turns step
-by step, so that the host's speed, which drifts twofold over seconds on the lent machines,
-is the same for the three; each row holds the median of ROUNDS rounds (each the median of
-its steps) as ``ms`` and the GPU's own time of the same step (the profiler's kernels) as
-``gpu_ms``: a step whose host time passes its GPU time is host-bound, and there its host
-time is its speed.
+Triton kernels in a bare autograd.Function, the least such a step can cost) are timed in
+rounds, course_lib's and the floor's taking turns step by step, so that the host's speed,
+which drifts twofold over seconds on the lent machines, is the same for both. Each row holds
+the median of its rounds (each the median of its steps) as ``ms`` and the GPU's own time of
+the same step (the profiler's kernels) as ``gpu_ms``: a step whose host time passes its GPU
+time is host-bound, and there its host time is its speed.
 """
 
 import argparse
@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.__main__ import merge
-from benchmarks.profile_step import ROUNDS, host_us_each, kernel_steps, profile
+from benchmarks.profile_step import ROUNDS, host_us, host_us_each, kernel_steps, profile
 from course_lib.core.benchmarking import (RESULTS_DIR, copy_bandwidth_gbps, gpu_slug, measured_on, require_gpu,
                                           write_document)
 
@@ -38,15 +38,23 @@ SHAPES = {
 }
 
 
+# Steps of each of the pair a window: 2 x 50 steps launch at most 600 kernels, which CUDA's
+# launch queue holds while the GPU sleeps.
+PAIRED_RUNS = 50
+
+
 def host_rows(kernel, shape, dtype):
     """The course_lib, torch and floor "host" rows of one kernel at one shape."""
     steps = kernel_steps(kernel, shape, dtype, with_floor=True)
     times = {impl: [] for impl in steps}
-    order = list(steps)
     for round_ in range(ROUNDS):
-        first = round_ % len(order)
-        turns = order[first:] + order[:first]  # a new first each round
-        for impl, us in host_us_each({impl: steps[impl] for impl in turns}).items():
+        # course_lib's and the floor's steps take turns, the first changing each round; torch's
+        # in a window of its own: its kernels (hundreds a step for coor_descent's reference) would
+        # fill CUDA's launch queue while the GPU sleeps, and the next launches would wait for it.
+        pair = ("course_lib", "floor") if round_ % 2 else ("floor", "course_lib")
+        measured = {**host_us_each({impl: steps[impl] for impl in pair}, runs=PAIRED_RUNS),
+                    "torch": host_us(steps["torch"])}
+        for impl, us in measured.items():
             times[impl].append(us)
     rows = {}
     for impl, step in steps.items():
