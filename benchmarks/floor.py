@@ -25,7 +25,7 @@ from course_lib.core.runtime import cdiv, multiprocessor_count
 from course_lib.core.split_rows import slots_block
 from course_lib.kernels import coor_descent_op, softmax_op, weighted_sum_op
 from course_lib.kernels.layernorm_op import parts as layernorm_parts
-from course_lib.kernels.layernorm_op import tiled as layernorm_tiled
+from course_lib.kernels.layernorm_op import whole_rows as layernorm_whole_rows
 
 
 class Launch(NamedTuple):
@@ -200,7 +200,7 @@ def layernorm(x, gamma, beta, eps=1e-5):
     size = x.element_size()
     rows, cols, warps, _ = layernorm_parts.forward_tiles(n_cols, size)
     _whole_rows("layernorm", cols, n_cols)
-    forward = Launch(layernorm_tiled.layernorm_forward_kernel, (cdiv(n_rows, rows),),
+    forward = Launch(layernorm_whole_rows.layernorm_forward_kernel, (cdiv(n_rows, rows),),
                      (n_rows, n_cols, eps, *x.stride(), gamma.stride(0), beta.stride(0), n_cols),
                      dict(HAS_GAMMA=True, HAS_BETA=True, SAVE_STATS=True, BLOCK_ROWS=rows, BLOCK_COLS=cols,
                           VEC=width_hint(x, torch.empty_like(x)), num_warps=warps))
@@ -210,7 +210,7 @@ def layernorm(x, gamma, beta, eps=1e-5):
     rows_per_group, partial = layernorm_parts.partial_rows(
         n_rows, rows, config.programs_per_sm * multiprocessor_count(), 2 * n_cols, x.device)
     row_groups = partial.shape[0]
-    backward = Launch(layernorm_tiled.layernorm_backward_kernel, (row_groups,),
+    backward = Launch(layernorm_whole_rows.layernorm_backward_kernel, (row_groups,),
                       (n_rows, n_cols, rows_per_group, *x.stride(), gamma.stride(0), n_cols, 1, n_cols, 2 * n_cols),
                       dict(HAS_GAMMA=True, HAS_BETA=True, BLOCK_ROWS=rows, BLOCK_COLS=cols, NUM_STAGES=stages,
                            VEC=width_hint(x, torch.empty_like(x), torch.empty_like(x)), num_warps=warps))

@@ -122,7 +122,7 @@ def _checks(impls):
     ours = impls.get("course_lib")
     others = ("torch", "torch.compile", "course_lib.cudagraphs", "torch.compile.cudagraphs")
     return check(ours, *(impls.get(name) for name in others), peer=impls.get("colt5_attention"),
-                 ours_compiled=impls.get("course_lib.compile")) if ours else []
+                 ours_compiled=impls.get("course_lib.compile"), floor=impls.get("floor")) if ours else []
 
 
 def step_table(rows):

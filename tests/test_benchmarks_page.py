@@ -111,15 +111,18 @@ def test_step_rows_get_their_own_table_and_the_cuda_graph_target(tmp_path):
 
 @pytest.mark.parametrize("ours_ms, met", [(0.29, True), (0.31, False)], ids=["within", "beyond"])
 def test_host_rows_are_checked_against_torch_eager_and_get_their_own_table(tmp_path, ours_ms, met):
-    """A host row's time is the host's (benchmarks/host.py): at most 1.5 times torch eager's,
-    on whichever time the check reads, listed in a table of their own with the GPU times."""
+    """A host row's time is the host's (benchmarks/host.py): at most 1.5 times torch eager's
+    and 1.15 times the floor's, on whichever time the check reads, listed in a table of their
+    own with the GPU times."""
     rows = [result("layernorm", "host", "course_lib", (16, 32), ms=ours_ms, gpu_ms=0.05),
             result("layernorm", "host", "torch", (16, 32), ms=0.2, gpu_ms=0.1),
-            result("layernorm", "host", "floor", (16, 32), ms=0.1, gpu_ms=0.05)]  # benchmarks/floor.py, unchecked
-    (host_check,) = targets.check(rows[0], rows[1])
-    assert host_check.target.measure == targets.HOST
+            result("layernorm", "host", "floor", (16, 32), ms=0.26, gpu_ms=0.05)]  # benchmarks/floor.py
+    host_check, floor_check = targets.check(rows[0], rows[1], floor=rows[2])
+    assert (host_check.target.measure, floor_check.target.measure) == (targets.HOST, targets.FLOOR)
     assert host_check.value == host_check.gpu_value == pytest.approx(ours_ms / 0.2)
+    assert floor_check.value == floor_check.gpu_value == pytest.approx(ours_ms / 0.26)
     assert host_check.met is met and host_check.met_on_gpu is met
+    assert floor_check.met is met and floor_check.met_on_gpu is met
     (tmp_path / "gpu.json").write_text(json.dumps(
         {"gpu": "Test GPU", "torch": "2", "triton": "3", "copy_gbps": 1000.0, "rows": rows}))
     page = benchmarks_page.render(tmp_path)
@@ -127,7 +130,7 @@ def test_host_rows_are_checked_against_torch_eager_and_get_their_own_table(tmp_p
     table_row = next(line for line in host_section.splitlines() if line.startswith("| float32 | 16×32 |"))
     assert f"| {ours_ms * 1e3:.1f}" in table_row or f"{ours_ms:.3f}" in table_row
     # the floor's time, then course_lib's ÷ torch's and ÷ the floor's
-    assert f"| 0.1000 | {ours_ms / 0.2:.3g} | {ours_ms / 0.1:.3g} |" in table_row
+    assert f"| 0.2600 | {ours_ms / 0.2:.3g} | {ours_ms / 0.26:.3g} |" in table_row
     assert table_row.endswith("| ✓ |") is met
     assert "| host |" not in page.split("## Test GPU")[1].split("Host time")[0]  # not in the kernels' table
 

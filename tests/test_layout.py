@@ -50,7 +50,7 @@ def room_of(dotted):
 
 
 def kernel_of(dotted):
-    """'course_lib.kernels.layernorm_op.wide' -> 'layernorm_op'."""
+    """'course_lib.kernels.layernorm_op.wide_rows' -> 'layernorm_op'."""
     parts = dotted.split(".")
     return parts[2] if len(parts) > 2 and parts[1] == "kernels" else None
 

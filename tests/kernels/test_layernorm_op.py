@@ -7,12 +7,12 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from conftest import (COMPILE_MODES, DTYPES, TOLERANCES, assert_compiled_refuses, assert_compiles_whole, assert_matches,
                       far_apart, gpu_only, poison_cached_memory)
 from course_lib.core import references
-from course_lib.kernels.layernorm_op import tiled as layernorm_module
-from course_lib.kernels.layernorm_op.tiled import LayerNorm, layer_norm, layernorm, layernorm_forward
+from course_lib.kernels.layernorm_op import whole_rows as layernorm_module
+from course_lib.kernels.layernorm_op.whole_rows import LayerNorm, layer_norm, layernorm, layernorm_forward
 from course_lib.core.plans import LaunchPlan
 from course_lib.kernels.layernorm_op.parts import BACKWARD_MAX_BLOCK, SPLIT_ROW_BLOCK, BackwardConfig, backward_config
 from course_lib.core.runtime import spin_waits_allowed
-from course_lib.kernels.layernorm_op.wide import SPLIT_PROGRAMS_PER_SM, can_split_rows
+from course_lib.kernels.layernorm_op.wide_rows import SPLIT_PROGRAMS_PER_SM, can_split_rows
 from course_lib.core.runtime import DEVICE, ON_GPU, multiprocessor_count
 
 # The module itself, even where course_lib also exports a function named layernorm.

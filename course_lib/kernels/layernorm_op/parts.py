@@ -1,4 +1,4 @@
-"""The pieces ``layernorm`` (whole rows) and ``layernorm_wide`` (rows wider than a tile) share.
+"""The pieces ``whole_rows`` (rows held whole in registers) and ``wide_rows`` (rows wider than a tile) share.
 
 What every LayerNorm kernel does with a tile of rows: xhat from the row statistics, the
 backward's loads and its formula for dx, a program's partial row of dgamma and dbeta.
@@ -77,7 +77,7 @@ class BackwardConfig(NamedTuple):
     """How the backward is cut up.
 
     ``tiles.block_cols >= n_cols``: one persistent kernel with whole rows in registers,
-    ``programs_per_sm`` programs a multiprocessor. Otherwise (layernorm_wide), where
+    ``programs_per_sm`` programs a multiprocessor. Otherwise (wide_rows), where
     ``split_block`` is set and the split can run (can_split_rows), the split-row kernel
     with ``split_block`` columns a program; else two stages: the partial sums kernel on
     ``tiles`` (about ``programs_per_sm`` programs a multiprocessor), then the dx kernel
@@ -90,7 +90,7 @@ class BackwardConfig(NamedTuple):
     split_block: int | None = None
 
 
-# Widest rows held whole in registers (elements); wider rows take layernorm_wide's
+# Widest rows held whole in registers (elements); wider rows take wide_rows'
 # kernels, with SPLIT_ROW_BLOCK columns a program when split, or walked WIDE_ROW_TILE
 # columns a step by the two-stage backward's dx kernel. The backward holds x, dy and two float32 partial sums a column, the forward
 # only x, so its rows can be four times as wide.
@@ -124,7 +124,7 @@ def forward_tiles(n_cols, element_size):
     64 bytes of x a thread, 4 to FORWARD_MAX_WARPS warps (more only add reductions
     across warps); narrow rows share a program, up to 4 KiB of x; whole rows up to
     FORWARD_MAX_BLOCK columns, since looping reads each row twice. Wider rows loop
-    (layernorm_wide) over the largest tile of 16 warps, 64 bytes a thread.
+    (wide_rows) over the largest tile of 16 warps, 64 bytes a thread.
     """
     block_cols = next_power_of_2(n_cols)
     if block_cols > FORWARD_MAX_BLOCK:
@@ -146,7 +146,7 @@ def backward_config(n_cols, element_size, shared_memory=None):
     Whole rows: tiles of up to 4096 values, warps as in the forward, the loop over rows
     pipelined PIPELINE_STAGES deep where ``shared_memory`` (None: this GPU's) holds the
     extra tiles of x and dy, and programs_per_sm such that each multiprocessor loads
-    16 KiB of x a stage. Wider rows: layernorm_wide's split rows, or its two stages on
+    16 KiB of x a stage. Wider rows: wide_rows' split rows, or its two stages on
     chapter 1's partial-sum tiles of 4 x 512 and a dx kernel walking WIDE_ROW_TILE columns.
     """
     block_cols = next_power_of_2(n_cols)

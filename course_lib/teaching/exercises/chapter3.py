@@ -259,7 +259,7 @@ def _report_forward_speed(name, kernel):
     if not ON_GPU:
         report_speed(name, None, n_bytes)  # says that speed needs a GPU
         return
-    from ...kernels.layernorm_op.tiled import layernorm_forward
+    from ...kernels.layernorm_op.whole_rows import layernorm_forward
 
     x = torch.randn(n_rows, n_cols, device=DEVICE)
     gamma, beta = torch.randn(n_cols, device=DEVICE), torch.randn(n_cols, device=DEVICE)
@@ -665,7 +665,7 @@ def _report_backward_speed(name, kernel, sum_partial_rows):
     if not ON_GPU:
         report_speed(name, None, n_bytes)
         return
-    from ...kernels.layernorm_op.tiled import RowStats, layernorm_backward
+    from ...kernels.layernorm_op.whole_rows import RowStats, layernorm_backward
 
     x, grad_y = torch.randn(n_rows, n_cols, device=DEVICE), torch.randn(n_rows, n_cols, device=DEVICE)
     gamma = torch.randn(n_cols, device=DEVICE)

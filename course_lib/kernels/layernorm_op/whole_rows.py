@@ -4,8 +4,8 @@ Chapter 3's teaching core: rows held whole in registers. Read top to bottom: the
 Triton kernels, the host launchers that pick tiles and grids, the
 ``torch.autograd.Function``, the operators ``torch.compile`` traces, the public
 ``layernorm`` and the ``LayerNorm`` module that stands in for ``torch.nn.LayerNorm``.
-Rows wider than a tile take the kernels of ``layernorm_wide`` (the chapter's optional
-section); the pieces both use are in ``layernorm_parts``.
+Rows wider than a tile take the kernels of ``wide_rows`` (the chapter's optional
+section); the pieces both use are in ``parts``.
 
 What training saves is one float32 mean and one rstd per row, not whole tensors: the
 backward reloads ``x`` and recomputes ``xhat = (x - mean) * rstd``. The backward's
@@ -36,7 +36,7 @@ from torch import nn
 
 from .parts import (backward_config, column_block, first_values, forward_tiles, grad_x_of,
                               load_backward_rows, partial_rows, store_partial_row, stride_of, xhat_of)
-from .wide import backward_split_rows, backward_two_stages, can_split_rows, layernorm_forward_looped_kernel
+from .wide_rows import backward_split_rows, backward_two_stages, can_split_rows, layernorm_forward_looped_kernel
 from ...core import references
 from ...core.operator import differentiable_op
 from ...core.rows import as_rows, known_multiple_of, shaped_like, sum_partial_rows, width_hint
