@@ -38,8 +38,9 @@ SHAPES = {
 }
 
 
-# Steps of each of the pair a window: 2 x 50 steps launch at most 600 kernels, which CUDA's
-# launch queue holds while the GPU sleeps.
+# Steps of each of the pair a window: half of host_us's 100, so that the window's launches stay
+# as many as one implementation's 100 steps queued before the pairing (three implementations of
+# 100 steps each, in one window, made every launch slower: the commit that paired them says more).
 PAIRED_RUNS = 50
 
 

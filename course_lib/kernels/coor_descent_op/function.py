@@ -194,9 +194,8 @@ def coor_descent(s, *, n_iters, k, eps=0.1, eps_init=None, eps_decay=1.0, mask=N
         return by_reference(references.coor_descent, s, n_iters=n_iters, k=k, eps=eps, eps_init=eps_init,
                             eps_decay=eps_decay, mask=mask)
     settings = (int(n_iters), float(eps), None if eps_init is None else float(eps_init), float(eps_decay))
-    compiling = not plain and torch.compiler.is_compiling()
     if isinstance(k, torch.Tensor):
-        if compiling:
+        if torch.compiler.is_compiling():
             k = check_k_op(k, s.shape[-1])
         rows = s.numel() // s.shape[-1]
         logk = torch.log(k.float().clamp(min=1e-20)).expand(s.shape[:-1]).reshape(rows).contiguous()

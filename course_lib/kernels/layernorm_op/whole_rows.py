@@ -526,7 +526,7 @@ def _layernorm(op, names, x, gamma, beta, eps, stable):
     eps = float(eps)
     if not plain and runs_reference(x, gamma, beta):
         return by_reference(references.layernorm_by_torch, x, gamma, beta, eps, stable)
-    if not plain and torch.compiler.is_compiling():
+    if torch.compiler.is_compiling():
         # With stable, inductor differentiates the division itself: traced by it,
         # StableLayerNormFunction's backward gave wrong float32 gradients of x (torch 2.11).
         z = _divided_by_row_max(x)[0] if stable else x
