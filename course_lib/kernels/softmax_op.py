@@ -372,10 +372,12 @@ def _as_matrices(x):
     """(x3d, its shape, its strides): x of shape (..., N) viewed as (matrices, rows a
     matrix, N), copying only when the leading dimensions cannot be merged. Keeping the last
     two dimensions apart lets kernels read any strides there, a transposed matrix
-    included, without a copy. A 2-D x is one matrix, passed as it is, with the strides
-    that view would have: a reshape costs host time on every call."""
+    included, without a copy. A 3-D x is passed as it is, and a 2-D x as one matrix,
+    with the strides that view would have: a reshape costs host time on every call."""
     if x.ndim == 2:
         return x, (1, *x.shape), (x.shape[0] * x.stride(0), *x.stride())
+    if x.ndim == 3:
+        return x, x.shape, x.stride()
     x3d = x.reshape(-1, x.shape[-2] if x.ndim >= 2 else 1, x.shape[-1])
     return x3d, x3d.shape, x3d.stride()
 

@@ -450,6 +450,18 @@ def test_rejects_non_integer_iterations(n_iters):
         coor_descent(scores(), n_iters=n_iters, k=1)
 
 
+@pytest.mark.parametrize("bad", [{"n_iters": True}, {"n_iters": 1.0}, {"n_iters": [1]},
+                                 {"checkpoint_segments": True}, {"eps": True}, {"eps_decay": [1.0]}])
+def test_settings_accepted_once_do_not_let_lookalikes_through(bad):
+    """The settings are checked once a combination (checks.check_settings): True, 1.0 and
+    [1] still fail after 1 passed, as they do the first time."""
+    good = {"n_iters": 1, "checkpoint_segments": 1, "eps": 1, "eps_decay": 1.0}
+    coor_descent(scores(), k=1, **good)
+    name = next(iter(bad))
+    with pytest.raises(TypeError, match=f"{name} must be an? (int|number)"):
+        coor_descent(scores(), k=1, **{**good, **bad})
+
+
 @pytest.mark.parametrize("k", [0, -1.0, 8.5, math.nan, math.inf])
 def test_rejects_k_out_of_range(k):
     with pytest.raises(ValueError, match=r"k must satisfy 0 < k <= n, the row length \(8\)"):

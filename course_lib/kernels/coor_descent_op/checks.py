@@ -1,6 +1,7 @@
 """The checks of coor_descent's inputs, shared by the public function and its operators:
 they raise the errors a caller sees, naming the argument."""
 
+import functools
 import math
 import numbers
 
@@ -81,19 +82,39 @@ def _check_k(op, k, s):
         raise TypeError(f"{op}: k must be a number or a torch.Tensor, got {type(k).__name__}")
 
 
-def check_inputs(op, s, n_iters, k, eps, eps_init, eps_decay, mask, checkpoint_segments, dtypes=FLOAT_DTYPES,
-                 plain=False):
-    """``dtypes``: the kernels' (the operator's check), or the public function's, float64 too.
-    ``plain``: what plain_inputs said of s."""
-    check_tensor(op, "s", s, dtypes=dtypes, plain=plain)
-    if s.shape[-1] == 0:
-        raise ValueError(f"{op}: the last dimension of s must be at least 1, got s of shape {tuple(s.shape)}")
-    check_index_range(op, columns=s.shape[-1], rows=s.numel() // s.shape[-1])
+def _check_settings(op, n_iters, eps, eps_init, eps_decay, checkpoint_segments):
+    """The settings checked; returned as the operators take them (int, float, float or None, float)."""
     _check_count(op, "n_iters", n_iters)
     if n_iters > MAX_N_ITERS:
         raise ValueError(f"{op}: n_iters must be at most {MAX_N_ITERS}, got {n_iters}")
     _check_count(op, "checkpoint_segments", checkpoint_segments)
     check_eps_schedule(op, eps, eps_init, eps_decay)
+    return int(n_iters), float(eps), None if eps_init is None else float(eps_init), float(eps_decay)
+
+
+# A model passes the same settings every step: each combination is checked once. typed=True
+# keeps True apart from 1 and 1.0 apart from 1, which the checks treat differently; only
+# settings that passed are kept (a failing check raises before anything is cached).
+_check_settings_once = functools.lru_cache(maxsize=256, typed=True)(_check_settings)
+
+
+def check_settings(op, n_iters, eps, eps_init, eps_decay, checkpoint_segments):
+    """coor_descent's settings checked (see _check_settings), once a combination where they can be kept."""
+    try:
+        return _check_settings_once(op, n_iters, eps, eps_init, eps_decay, checkpoint_segments)
+    except TypeError:  # a setting that cannot be a cache key (a list): the checks name it
+        return _check_settings(op, n_iters, eps, eps_init, eps_decay, checkpoint_segments)
+
+
+def check_inputs(op, s, n_iters, k, eps, eps_init, eps_decay, mask, checkpoint_segments, dtypes=FLOAT_DTYPES,
+                 plain=False):
+    """``dtypes``: the kernels' (the operator's check), or the public function's, float64 too.
+    ``plain``: what plain_inputs said of s. Returns the settings as check_settings does."""
+    check_tensor(op, "s", s, dtypes=dtypes, plain=plain)
+    if s.shape[-1] == 0:
+        raise ValueError(f"{op}: the last dimension of s must be at least 1, got s of shape {tuple(s.shape)}")
+    check_index_range(op, columns=s.shape[-1], rows=s.numel() // s.shape[-1])
+    settings = check_settings(op, n_iters, eps, eps_init, eps_decay, checkpoint_segments)
     if mask is not None:
         check_tensor(op, "mask", mask, dtypes=(torch.bool,))
         check_same_device(op, s=s, mask=mask)
@@ -102,3 +123,4 @@ def check_inputs(op, s, n_iters, k, eps, eps_init, eps_decay, mask, checkpoint_s
                 f"{op}: mask must have the shape of s, {tuple(s.shape)}; got {tuple(mask.shape)}"
             )
     _check_k(op, k, s)
+    return settings

@@ -19,8 +19,9 @@ from ...core.validation import (PUBLIC_DTYPES, _names, check_anchor, check_like,
 
 def _as_rows(s, mask):
     """(s, mask) viewed as (rows, n), copying only when the strides do not allow a view;
-    the mask as uint8, which the kernels load as bytes."""
-    s2d = s.reshape(-1, s.shape[-1])
+    the mask as uint8, which the kernels load as bytes. 2-D s is passed as it is: a
+    reshape costs host time on every call."""
+    s2d = s if s.ndim == 2 else s.reshape(-1, s.shape[-1])
     if mask is None:
         return s2d, None
     mask2d = mask.reshape(s2d.shape)
@@ -68,9 +69,10 @@ def _backward_op(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     s2d, mask2d = _as_rows(s, mask)
     schedule = _schedule_for(s, n_iters, eps, eps_init, eps_decay)
+    rows_only = s.ndim == 2  # no reshapes then (see _as_rows)
     ds, dlogk = coor_descent_backward(s2d, mask2d, logk_value if logk is None else logk, schedule, a, row_max,
-                                      dy.reshape(s2d.shape), anchor=anchor)
-    return ds.reshape(s.shape), dlogk
+                                      dy if rows_only else dy.reshape(s2d.shape), anchor=anchor)
+    return ds if rows_only else ds.reshape(s.shape), dlogk
 
 
 def _values_readable(tensor):
@@ -189,11 +191,11 @@ def coor_descent(s, *, n_iters, k, eps=0.1, eps_init=None, eps_decay=1.0, mask=N
     op = "coor_descent"
     # k a tensor and the mask are checked in full: plain_inputs takes float tensors only
     plain = mask is None and not isinstance(k, torch.Tensor) and plain_inputs(s)
-    check_inputs(op, s, n_iters, k, eps, eps_init, eps_decay, mask, checkpoint_segments, PUBLIC_DTYPES, plain)
+    settings = check_inputs(op, s, n_iters, k, eps, eps_init, eps_decay, mask, checkpoint_segments, PUBLIC_DTYPES,
+                            plain)
     if not plain and runs_reference(s, k, mask):
         return by_reference(references.coor_descent, s, n_iters=n_iters, k=k, eps=eps, eps_init=eps_init,
                             eps_decay=eps_decay, mask=mask)
-    settings = (int(n_iters), float(eps), None if eps_init is None else float(eps_init), float(eps_decay))
     if isinstance(k, torch.Tensor):
         if torch.compiler.is_compiling():
             k = check_k_op(k, s.shape[-1])

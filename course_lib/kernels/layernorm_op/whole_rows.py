@@ -380,14 +380,18 @@ class StableLayerNormFunction(torch.autograd.Function):
 
 
 def _check_inputs(op, x, gamma, beta, eps, names=("gamma", "beta"), any_float_params=False, dtypes=FLOAT_DTYPES,
-                  plain=False):
+                  plain=False, normalized_shape=None):
     """``names``: what the caller calls gamma and beta (the module's weight and bias).
     ``any_float_params``: the operator's check, which takes gamma and beta in any float
     dtype (the stable option hands it x divided by its row maxima, in float32).
     ``dtypes``: the kernels' (the operators' check), or the public functions', float64 too.
-    ``plain``: what plain_inputs said of x, gamma and beta (one device, among what it checked)."""
+    ``plain``: what plain_inputs said of x, gamma and beta (one device, among what it checked).
+    ``normalized_shape``: (N, as the caller was given it), where a caller fixes x's last
+    dimension (layer_norm, LayerNorm), checked before gamma and beta, whose shapes follow N."""
     check_tensor(op, "x", x, dtypes=dtypes, plain=plain)
     n_cols = x.shape[-1]
+    if normalized_shape is not None and n_cols != normalized_shape[0]:
+        raise ValueError(_width_mismatch(op, x, *normalized_shape))
     for name, param in zip(names, (gamma, beta)):
         if param is None:
             continue
@@ -415,6 +419,13 @@ def _check_inputs(op, x, gamma, beta, eps, names=("gamma", "beta"), any_float_pa
 
 
 EPS_MAX = torch.finfo(torch.float32).max  # eps is added to a float32 variance
+
+
+def _width_mismatch(op, x, width, given):
+    if op == "LayerNorm":
+        return f"LayerNorm: expected x of shape (..., {width}), got {tuple(x.shape)}"
+    return (f"{op}: normalized_shape must be the last dimension of x, ({x.shape[-1]},), as the kernels normalise "
+            f"over the last dimension only; got {given!r} for x of shape {tuple(x.shape)}")
 
 
 def _check_eps(op, eps):
@@ -493,13 +504,8 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
         True
     """
     op = "layer_norm"
-    check_tensor(op, "x", x, dtypes=PUBLIC_DTYPES)
-    shape = _normalized_shape(op, normalized_shape)
-    if shape[0] != x.shape[-1]:
-        raise ValueError(f"{op}: normalized_shape must be the last dimension of x, ({x.shape[-1]},), as the kernels "
-                         f"normalise over the last dimension only; got {normalized_shape!r} for x of shape "
-                         f"{tuple(x.shape)}")
-    return _layernorm(op, ("weight", "bias"), x, weight, bias, eps, False)
+    width = _normalized_shape(op, normalized_shape)[0]
+    return _layernorm(op, ("weight", "bias"), x, weight, bias, eps, False, (width, normalized_shape))
 
 
 def _normalized_shape(op, normalized_shape):
@@ -517,11 +523,12 @@ def _normalized_shape(op, normalized_shape):
     return (int(shape[0]),)
 
 
-def _layernorm(op, names, x, gamma, beta, eps, stable):
+def _layernorm(op, names, x, gamma, beta, eps, stable, normalized_shape=None):
+    """The public functions' one path; ``normalized_shape`` as _check_inputs takes it."""
     plain = plain_inputs(x, gamma, beta)
     if not plain:
         x, gamma, beta = autocast_as_float32_ops(x, gamma, beta)
-    _check_inputs(op, x, gamma, beta, eps, names, dtypes=PUBLIC_DTYPES, plain=plain)
+    _check_inputs(op, x, gamma, beta, eps, names, dtypes=PUBLIC_DTYPES, plain=plain, normalized_shape=normalized_shape)
     _check_flag(op, "stable", stable)
     eps = float(eps)
     if not plain and runs_reference(x, gamma, beta):
@@ -603,12 +610,9 @@ class LayerNorm(nn.Module):
         any strides. Returns a tensor of x's shape and dtype; gradients flow to x, ``weight``
         and ``bias``. Bad input raises naming what was wrong.
         """
-        check_tensor("LayerNorm", "x", x, dtypes=PUBLIC_DTYPES)
-        if x.shape[-1] != self.normalized_shape[0]:
-            raise ValueError(
-                f"LayerNorm: expected x of shape (..., {self.normalized_shape[0]}), got {tuple(x.shape)}"
-            )
-        return _layernorm("LayerNorm", ("weight", "bias"), x, self.weight, self.bias, self.eps, self.stable)
+        width = self.normalized_shape[0]
+        return _layernorm("LayerNorm", ("weight", "bias"), x, self.weight, self.bias, self.eps, self.stable,
+                          (width, width))
 
     def extra_repr(self):
         return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
