@@ -3,9 +3,10 @@ and the dispatch between them, from a forward, a backward and what the backward 
 
 A kernel module states, once each:
 
-- ``forward(*inputs)``: launches the forward; typed, since its annotations are the
-  operator's schema; returns a tensor or a tuple of tensors, the first what the caller
-  gets, the others state the backward needs (row statistics, a log-sum-exp);
+- the forward, ``def NAME(*inputs)`` under ``@differentiable_op(...)``: launches the
+  forward; typed, since its annotations are the operator's schema; returns a tensor or a
+  tuple of tensors, the first what the caller gets, the others state the backward needs
+  (row statistics, a log-sum-exp);
 - ``backward(*arguments)``: launches the backward; typed the same way;
 - ``save(ctx, inputs, output)``: what the backward needs, on ``ctx``;
 - ``gradients(ctx, backward, grad)``: the gradient of every input from the gradient of
@@ -15,7 +16,9 @@ A kernel module states, once each:
   ``check_backward(*arguments)``, the backward operator's: the shapes, dtypes and devices
   of what the forward saved, so that neither operator reads memory it was not given.
 
-From these :func:`differentiable_op` builds a :class:`KernelOp`:
+From these :func:`differentiable_op` builds a :class:`KernelOp`, bound to the forward's
+name, so that a public function calls ``NAME(...)`` and a reader (or a tool that follows
+calls) goes from there to the code that launches the kernels:
 
 - ``operator`` and ``backward_operator``, ``course_lib::<name>`` and
   ``course_lib::<name>_backward``, what torch.compile traces (chapter 5). On a GPU they
@@ -78,11 +81,20 @@ def _graph_input_needing_grad(inputs, positions):
                  and (t.grad_fn is None or not t.grad_fn.next_functions)), None)
 
 
-def differentiable_op(name, *, forward, backward, save, gradients, check, check_backward, differentiable,
+def differentiable_op(name, *, backward, save, gradients, check, check_backward, differentiable,
                       inference=None, eager_backward=None, finish=lambda output: output, error_name=None,
                       function_name=None, anchored=False):
-    """The operators, autograd.Function and dispatch of one kernel (see the module's
-    docstring). ``differentiable`` names the inputs that may need a gradient, with their
+    """Decorator: the function below it is the forward, and its name becomes the
+    :class:`KernelOp` of one kernel, its operators, autograd.Function and dispatch (see
+    the module's docstring)::
+
+        @differentiable_op("softmax", backward=_backward, save=..., gradients=..., ...)
+        def SOFTMAX(x: torch.Tensor, causal: bool, diagonal: int) -> torch.Tensor:
+            return softmax_forward(x, causal, diagonal=diagonal)
+
+    so that a public function's ``SOFTMAX(...)`` names the code that launches the kernels.
+
+    ``differentiable`` names the inputs that may need a gradient, with their
     positions; ``inference`` is a cheaper forward for calls that need no gradient (by
     default ``forward``'s first output); ``eager_backward`` is the backward the eager Function
     calls, where it may skip what only an operator needs (a copy so outputs do not alias; by
@@ -97,51 +109,56 @@ def differentiable_op(name, *, forward, backward, save, gradients, check, check_
     its backward reads a graph input that requires grad; then it refuses the penalty. The
     operator's backward passes the first input that is such a leaf as the anchor."""
     error_name = error_name or name
-
-    def checked_forward(*inputs):
-        check(*inputs)
-        return forward(*inputs)
-
-    def checked_backward(*arguments, **anchor):
-        check_backward(*arguments, **anchor)
-        return backward(*arguments, **anchor)
-
-    functools.update_wrapper(checked_forward, forward)
-    functools.update_wrapper(checked_backward, backward)
-    operator = kernel_operator(f"course_lib::{name}")(checked_forward)
-    backward_operator = kernel_operator(f"course_lib::{name}_backward")(checked_backward)
-
+    eager_backward = eager_backward or backward
     positions = tuple(differentiable.values())
 
-    def operator_save(ctx, inputs, output):
-        save(ctx, inputs, output)
-        ctx.anchor = _graph_input_needing_grad(inputs, positions) if anchored else None
+    def decorate(forward):
 
-    def operator_gradients(ctx, grad, *_grads_of_state):  # the state outputs are never differentiated
-        if ctx.anchor is None:
-            return gradients(ctx, backward_operator, grad)
-        return gradients(ctx, functools.partial(backward_operator, anchor=ctx.anchor), grad)
+        def checked_forward(*inputs):
+            check(*inputs)
+            return forward(*inputs)
 
-    operator.register_autograd(operator_gradients, setup_context=operator_save)
-    eager_backward = eager_backward or backward
+        def checked_backward(*arguments, **anchor):
+            check_backward(*arguments, **anchor)
+            return backward(*arguments, **anchor)
 
-    class Function(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, *inputs):
-            output = forward(*inputs)
+        functools.update_wrapper(checked_forward, forward)
+        functools.update_wrapper(checked_backward, backward)
+        operator = kernel_operator(f"course_lib::{name}")(checked_forward)
+        backward_operator = kernel_operator(f"course_lib::{name}_backward")(checked_backward)
+
+        def operator_save(ctx, inputs, output):
             save(ctx, inputs, output)
-            ctx.inputs_needing_grad = held_for_first_order_only(*(inputs[i] for i in positions))
-            return _first(output)
+            ctx.anchor = _graph_input_needing_grad(inputs, positions) if anchored else None
 
-        @staticmethod
-        @first_order_only(error_name)
-        def backward(ctx, grad):
-            return gradients(ctx, eager_backward, grad)
+        def operator_gradients(ctx, grad, *_grads_of_state):  # the state outputs are never differentiated
+            if ctx.anchor is None:
+                return gradients(ctx, backward_operator, grad)
+            return gradients(ctx, functools.partial(backward_operator, anchor=ctx.anchor), grad)
 
-    Function.__name__ = Function.__qualname__ = (
-        function_name or "".join(part.title() for part in name.split("_")) + "Function")
-    if inference is None:
-        def inference(*inputs):
-            return _first(forward(*inputs))
-    return KernelOp(name, error_name, operator, backward_operator, Function, dict(differentiable), inference, finish)
+        operator.register_autograd(operator_gradients, setup_context=operator_save)
+
+        class Function(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, *inputs):
+                output = forward(*inputs)
+                save(ctx, inputs, output)
+                ctx.inputs_needing_grad = held_for_first_order_only(*(inputs[i] for i in positions))
+                return _first(output)
+
+            @staticmethod
+            @first_order_only(error_name)
+            def backward(ctx, grad):
+                return gradients(ctx, eager_backward, grad)
+
+        Function.__name__ = Function.__qualname__ = (
+            function_name or "".join(part.title() for part in name.split("_")) + "Function")
+        first_output = inference
+        if first_output is None:
+            def first_output(*inputs):
+                return _first(forward(*inputs))
+        return KernelOp(name, error_name, operator, backward_operator, Function, dict(differentiable), first_output,
+                        finish)
+
+    return decorate
 

@@ -322,10 +322,6 @@ def local_attention_backward(grad_out, q, k, v, out, lse, window, q_tiles=None, 
 # out heads-last (_heads_last), tensors of their own, which an operator may return.
 
 
-def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int) -> tuple[torch.Tensor, torch.Tensor]:
-    return local_attention_forward(q, k, v, window)
-
-
 def _backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
               lse: torch.Tensor, window: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return local_attention_backward(grad_out, q, k, v, out, lse, window)
@@ -366,13 +362,15 @@ def _check_backward(grad_out, q, k, v, out, lse, window):
     check_like(op, "lse", lse, (b * h, n), q, dtype=torch.float32, contiguous=True)
 
 
-LOCAL_ATTENTION = differentiable_op(
-    "local_attention", forward=_forward, backward=_backward, save=_save_for_backward, gradients=_gradients,
+@differentiable_op(
+    "local_attention", backward=_backward, save=_save_for_backward, gradients=_gradients,
     check=lambda q, k, v, window: _check_inputs("local_causal_attention", q, k, v, window),
     check_backward=_check_backward,
     differentiable={"q": 0, "k": 1, "v": 2},
     error_name="local_causal_attention",
 )
+def LOCAL_ATTENTION(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return local_attention_forward(q, k, v, window)
 
 
 # ------------------------------------------------------------------------------ public

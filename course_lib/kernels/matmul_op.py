@@ -502,11 +502,6 @@ def matmul_backward(a, b, saved, grad_out, activation, with_bias):
 #     grad_a = grad_pre @ bᵀ,   grad_b = aᵀ @ grad_pre,   grad_bias = grad_pre.sum(rows).
 
 
-def _forward(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
-             activation: str) -> tuple[torch.Tensor, torch.Tensor]:
-    return matmul_forward(a, b, bias, activation, keep_pre=activation == "gelu")
-
-
 def _inference(a, b, bias, activation):
     return matmul_forward(a, b, bias, activation)[0]
 
@@ -536,11 +531,14 @@ def _check_backward(a, b, saved, grad_out, activation, with_bias):
     check_like(op, "saved", saved, out_shape if activation != "none" else (0,), a, contiguous=True)
 
 
-MATMUL = differentiable_op(
-    "matmul", forward=_forward, backward=_backward, save=_save, gradients=_gradients,
+@differentiable_op(
+    "matmul", backward=_backward, save=_save, gradients=_gradients,
     check=lambda a, b, bias, activation: _check_inputs("matmul", a, b, bias, activation),
     check_backward=_check_backward, differentiable={"a": 0, "b": 1, "bias": 2}, inference=_inference,
 )
+def MATMUL(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
+           activation: str) -> tuple[torch.Tensor, torch.Tensor]:
+    return matmul_forward(a, b, bias, activation, keep_pre=activation == "gelu")
 
 
 # ------------------------------------------------------------------------------ public

@@ -457,10 +457,6 @@ def softmax_backward(y, grad_y, causal, tiles=None, diagonal=0, anchor=None):
 # says how the paths differ). The backward needs only the output y.
 
 
-def _forward(x: torch.Tensor, causal: bool, diagonal: int) -> torch.Tensor:
-    return softmax_forward(x, causal, diagonal=diagonal)
-
-
 def _backward(y: torch.Tensor, grad_y: torch.Tensor, causal: bool, diagonal: int,
               anchor: Optional[torch.Tensor] = None) -> torch.Tensor:
     return softmax_backward(y, grad_y, causal, diagonal=diagonal, anchor=anchor)
@@ -501,10 +497,12 @@ def _check_backward(y, grad_y, causal, diagonal, anchor=None):
     check_like(op, "grad_y", grad_y, y.shape, y)
 
 
-SOFTMAX = differentiable_op(
-    "softmax", forward=_forward, backward=_backward, save=_save_output, gradients=_gradients,
+@differentiable_op(
+    "softmax", backward=_backward, save=_save_output, gradients=_gradients,
     check=_check_operator_input, check_backward=_check_backward, differentiable={"x": 0}, anchored=True,
 )
+def SOFTMAX(x: torch.Tensor, causal: bool, diagonal: int) -> torch.Tensor:
+    return softmax_forward(x, causal, diagonal=diagonal)
 
 
 # ------------------------------------------------------------------------------ public

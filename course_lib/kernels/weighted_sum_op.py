@@ -266,10 +266,6 @@ def weighted_sum_backward(x, weight, grad_y, tiles=None):
 # the same launchers, or, when no gradient is wanted, the bare forward.
 
 
-def _forward(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    return weighted_sum_forward(x, weight)
-
-
 def _backward(x: torch.Tensor, weight: torch.Tensor, grad_y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return weighted_sum_backward(x, weight, grad_y)
 
@@ -287,11 +283,13 @@ def _check_backward(x, weight, grad_y):
     check_like("weighted_sum_backward", "grad_y", grad_y, x.shape[:-1], x)
 
 
-WEIGHTED_SUM = differentiable_op(
-    "weighted_sum", forward=_forward, backward=_backward, save=_save_inputs, gradients=_gradients,
+@differentiable_op(
+    "weighted_sum", backward=_backward, save=_save_inputs, gradients=_gradients,
     check=lambda x, weight: _check_inputs("weighted_sum", x, weight), check_backward=_check_backward,
     differentiable={"x": 0, "weight": 1},
 )
+def WEIGHTED_SUM(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return weighted_sum_forward(x, weight)
 
 
 # ------------------------------------------------------------------------------ public

@@ -2,6 +2,10 @@
 called directly as public API, check their inputs as the Python functions do, and the
 backward each kernel states once serves eager autograd and torch.compile alike."""
 
+import inspect
+import re
+import sys
+
 import pytest
 import torch
 
@@ -17,14 +21,20 @@ def randn(*shape, dtype=torch.float32):
 
 
 def test_every_kernel_module_makes_its_operators_with_differentiable_op():
+    """One KernelOp a kernel module, made by @differentiable_op over the forward and bound to
+    its name, so that the public function's call names the code that launches the kernels."""
     for kernel in KERNELS:
         if not kernel.module.startswith("kernels."):
             continue
-        module = kernel.load()
-        found = [value for value in vars(module).values() if isinstance(value, KernelOp)]
-        if not found:  # LayerNorm's lives in its subpackage's whole_rows module
-            found = [value for value in vars(module.whole_rows).values() if isinstance(value, KernelOp)]
-        assert len(found) == 1, kernel.name
+        package = kernel.load()
+        # LayerNorm's and coor_descent's live in modules of their subpackages
+        modules = [m for name, m in sys.modules.items() if name == package.__name__ or name.startswith(package.__name__ + ".")]
+        found = {name: id(value) for m in modules for name, value in vars(m).items() if isinstance(value, KernelOp)}
+        assert len(found) == 1 and len(set(found.values())) == 1, kernel.name
+        (name,) = found
+        sources = [inspect.getsource(m) for m in modules]
+        assert any(re.search(rf"^@differentiable_op\((.|\n)*?\)\ndef {name}\(", source, re.MULTILINE)
+                   for source in sources), f"{kernel.name}: {name} is not a forward under @differentiable_op"
 
 
 BAD_CALLS = [

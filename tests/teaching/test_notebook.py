@@ -33,7 +33,7 @@ def test_section_of_a_module_stops_at_the_next_rule():
     from course_lib.kernels.layernorm_op import whole_rows as layernorm_module
 
     section = section_of(layernorm_module, "custom operator")
-    assert section.startswith("# ---") and "LAYERNORM = differentiable_op(" in section
+    assert section.startswith("# ---") and "@differentiable_op(" in section and "def LAYERNORM(" in section
     assert "class LayerNormFunction" not in section and "def layernorm(" not in section
     with pytest.raises(ValueError, match="no section 'nonsense'"):
         section_of(layernorm_module, "nonsense")

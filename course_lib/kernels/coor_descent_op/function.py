@@ -54,14 +54,6 @@ def _schedule_for(s, n_iters, eps, eps_init, eps_decay):
     return build(n_iters, eps, eps_init, eps_decay, s.device)
 
 
-def _forward_op(
-    s: torch.Tensor, mask: Optional[torch.Tensor], logk: Optional[torch.Tensor], logk_value: float,
-    n_iters: int, eps: float, eps_init: Optional[float], eps_decay: float,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    schedule = _schedule_for(s, n_iters, eps, eps_init, eps_decay)
-    return _forward(s, logk_value if logk is None else logk, mask, schedule)
-
-
 def _backward_op(
     s: torch.Tensor, mask: Optional[torch.Tensor], logk: Optional[torch.Tensor], logk_value: float, n_iters: int,
     eps: float, eps_init: Optional[float], eps_decay: float, a: torch.Tensor, row_max: torch.Tensor, dy: torch.Tensor,
@@ -140,10 +132,16 @@ def _check_backward(s, mask, logk, logk_value, n_iters, eps, eps_init, eps_decay
     check_like(op, "dy", dy, s.shape, s)
 
 
-COOR_DESCENT = differentiable_op(
-    "coor_descent", forward=_forward_op, backward=_backward_op, save=_save_for_backward, gradients=_gradients,
+@differentiable_op(
+    "coor_descent", backward=_backward_op, save=_save_for_backward, gradients=_gradients,
     check=_check_operator_inputs, check_backward=_check_backward, differentiable={"s": 0, "k": 2}, anchored=True,
 )
+def COOR_DESCENT(
+    s: torch.Tensor, mask: Optional[torch.Tensor], logk: Optional[torch.Tensor], logk_value: float,
+    n_iters: int, eps: float, eps_init: Optional[float], eps_decay: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    schedule = _schedule_for(s, n_iters, eps, eps_init, eps_decay)
+    return _forward(s, logk_value if logk is None else logk, mask, schedule)
 
 
 # ------------------------------------------------------------------------------ public

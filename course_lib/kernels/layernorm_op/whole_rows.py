@@ -266,12 +266,6 @@ def _present(tensor):
     return tensor if tensor.numel() else None
 
 
-def _forward(x: torch.Tensor, gamma: Optional[torch.Tensor], beta: Optional[torch.Tensor],
-             eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    y, stats = layernorm_forward(x, gamma, beta, eps, save_stats=True)
-    return y, stats.mean, stats.rstd
-
-
 def _eager_backward(grad_y, x, gamma, has_beta, mean, rstd, param_dtype):
     """The eager Function's backward: the gradients, dgamma's and dbeta's two views of one buffer."""
     grad_x, grad_gamma, grad_beta = layernorm_backward(
@@ -321,13 +315,19 @@ def _check_backward(grad_y, x, gamma, has_beta, mean, rstd, param_dtype):
         raise TypeError(f"{op}: param_dtype must be gamma's dtype, {gamma.dtype}, got {param_dtype}")
 
 
-LAYERNORM = differentiable_op(
-    "layernorm", forward=_forward, backward=_backward, save=_save_for_backward, gradients=_gradients,
+@differentiable_op(
+    "layernorm", backward=_backward, save=_save_for_backward, gradients=_gradients,
     check=lambda x, gamma, beta, eps: _check_inputs("layernorm", x, gamma, beta, eps, any_float_params=True),
     check_backward=_check_backward,
     differentiable={"x": 0, "gamma": 1, "beta": 2}, inference=_inference, eager_backward=_eager_backward,
     function_name="LayerNormFunction",
 )
+def LAYERNORM(x: torch.Tensor, gamma: Optional[torch.Tensor], beta: Optional[torch.Tensor],
+              eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    y, stats = layernorm_forward(x, gamma, beta, eps, save_stats=True)
+    return y, stats.mean, stats.rstd
+
+
 layernorm_op = LAYERNORM.operator  # the forward operator, which the stable option below calls
 layernorm_backward_op = LAYERNORM.backward_operator
 
