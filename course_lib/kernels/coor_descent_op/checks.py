@@ -100,6 +100,8 @@ _check_settings_once = functools.lru_cache(maxsize=256, typed=True)(_check_setti
 
 def check_settings(op, n_iters, eps, eps_init, eps_decay, checkpoint_segments):
     """coor_descent's settings checked (see _check_settings), once a combination where they can be kept."""
+    if torch.compiler.is_compiling():  # torch.compile traces the checks once, and warns of a cache it would skip
+        return _check_settings(op, n_iters, eps, eps_init, eps_decay, checkpoint_segments)
     try:
         return _check_settings_once(op, n_iters, eps, eps_init, eps_decay, checkpoint_segments)
     except TypeError:  # a setting that cannot be a cache key (a list): the checks name it
