@@ -1,4 +1,4 @@
-"""The checkers of chapter 3 (course_lib/teaching/exercises/chapter3.py) pass the notebook's
+"""The checkers of chapter 3 (course_lib/teaching/exercises/chapter3/) pass the notebook's
 answers and name each typical mistake, made from the answer by a text edit."""
 
 import pytest

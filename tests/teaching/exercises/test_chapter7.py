@@ -1,4 +1,4 @@
-"""The checkers of chapter 7 (course_lib/teaching/exercises/chapter7.py) pass a right answer and name each typical mistake."""
+"""The checkers of chapter 7 (course_lib/teaching/exercises/chapter7/) pass a right answer and name each typical mistake."""
 
 import pytest
 
