@@ -369,7 +369,8 @@ def _check_backward(grad_out, q, k, v, out, lse, window):
     differentiable={"q": 0, "k": 1, "v": 2},
     error_name="local_causal_attention",
 )
-def LOCAL_ATTENTION(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int) -> tuple[torch.Tensor, torch.Tensor]:
+def LOCAL_ATTENTION(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    window: int) -> tuple[torch.Tensor, torch.Tensor]:
     return local_attention_forward(q, k, v, window)
 
 

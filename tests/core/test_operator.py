@@ -28,7 +28,8 @@ def test_every_kernel_module_makes_its_operators_with_differentiable_op():
             continue
         package = kernel.load()
         # LayerNorm's and coor_descent's live in modules of their subpackages
-        modules = [m for name, m in sys.modules.items() if name == package.__name__ or name.startswith(package.__name__ + ".")]
+        modules = [m for name, m in sys.modules.items()
+                   if name == package.__name__ or name.startswith(package.__name__ + ".")]
         found = {name: id(value) for m in modules for name, value in vars(m).items() if isinstance(value, KernelOp)}
         assert len(found) == 1 and len(set(found.values())) == 1, kernel.name
         (name,) = found
